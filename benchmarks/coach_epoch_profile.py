@@ -1,0 +1,271 @@
+"""Where a Coach epoch's time goes, segment by segment, inside the forked worker child.
+
+Runs one Coach job (same defaults as epoch_overhead.py) on the local platform, but its function hosts are
+started through this file, which wraps a few functions of `functions.runtime` and MXNet with timers *in the
+host process only* (nothing in the repository is modified; children inherit the wrappers through fork).
+Each wrapper ends with `mx.nd.waitall()` so asynchronous engine work is charged to the segment that queued it;
+this serialises a little and makes the profiled epochs slightly slower than unprofiled ones.
+
+    .venv/bin/python benchmarks/coach_epoch_profile.py [--model PATH] [--workers 2] [--servers 1] [--epochs 8]
+
+Prints, per worker rank, the median over epochs 2.. of every segment, and the parent-side split (fork,
+host + HTTP) from the controller's own timings. Side effects: starts and stops function hosts; writes to a
+temporary directory only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+for entry in (str(REPO), str(BENCH)):
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+SEGMENTS = (
+    ("fork", "fork + prctl, before the epoch code starts"),
+    ("kv_create", "mx.kv.create('dist_sync'): ps-lite start + rendezvous with scheduler"),
+    ("shard_build", "shard + seed + build_model() (hybridize)"),
+    ("init_forward", "net.initialize + first forward (shape inference, CachedOp)"),
+    ("load_params", "net.load_parameters(checkpoint)"),
+    ("trainer_load_states", "Trainer(...) + load_states: kvstore init/broadcast of params"),
+    ("first_step", "first batch (forward/backward/push/pull), inside compute_s"),
+    ("other_steps", "remaining batches, inside compute_s"),
+    ("validate", "rank 0 validation"),
+    ("save", "rank 0 checkpoint save (params + states)"),
+    ("shutdown", "del trainer/net/kvstore + gc.collect: ps-lite finalize barrier, server/scheduler stop"),
+)
+
+
+# ------------------------------------------------------------------------------------------- host side
+
+
+def install_wrappers() -> None:
+    """Wrap runtime/MXNet functions with timers; called in the warm host before any fork."""
+    import gc as real_gc
+
+    import mxnet as mx
+    from mxnet import gluon
+
+    from functions import runtime
+
+    marks: list[tuple[str, float]] = []
+    steps: list[float] = []
+
+    def mark(name: str) -> None:
+        marks.append((name, time.monotonic()))
+
+    def timed(name: str, fn, sync: bool = True):
+        def wrapper(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            if sync:
+                mx.nd.waitall()
+            mark(name)
+            return result
+        return wrapper
+
+    original_epoch = runtime.run_worker_epoch
+
+    def run_worker_epoch(body, module, data):
+        marks.clear()
+        steps.clear()
+        if not getattr(module, "_profiled", False):
+            module.build_model = timed("shard_build", module.build_model)
+            module._profiled = True
+        entered = time.monotonic()
+        mark("entered")
+        reply = original_epoch(body, module, data)
+        mark("returned")
+        if steps:
+            marks.append(("other_steps", steps[-1]))  # end of the training loop (every batch syncs on asscalar)
+        marks.sort(key=lambda item: item[1])
+        out, previous = {}, entered
+        for name, at in marks[1:]:
+            out[name] = out.get(name, 0.0) + (at - previous)
+            previous = at
+        out["steps"] = len(steps)
+        reply["profile"] = out
+        reply["profile_entered_s"] = entered
+        reply["profile_returned_s"] = time.monotonic()
+        return reply
+
+    runtime.run_worker_epoch = run_worker_epoch
+    mx.kv.create = timed("kv_create", mx.kv.create)
+
+    original_load = gluon.Block.load_parameters
+
+    def load_parameters(self, *args, **kwargs):
+        mx.nd.waitall()
+        mark("init_forward")
+        result = original_load(self, *args, **kwargs)
+        mx.nd.waitall()
+        mark("load_params")
+        return result
+
+    gluon.Block.load_parameters = load_parameters
+    gluon.HybridBlock.load_parameters = load_parameters
+    gluon.Trainer.load_states = timed("trainer_load_states", gluon.Trainer.load_states)
+
+    original_step = gluon.Trainer.step
+
+    def step(self, *args, **kwargs):
+        result = original_step(self, *args, **kwargs)
+        if not steps:
+            mx.nd.waitall()
+            mark("first_step")
+        steps.append(time.monotonic())
+        return result
+
+    gluon.Trainer.step = step
+
+    original_validate = runtime._validate
+
+    runtime._validate = timed("validate", original_validate)
+    runtime._save_checkpoint = timed("save", runtime._save_checkpoint)
+
+    class TimedGc:
+        def collect(self, *args):
+            result = real_gc.collect(*args)
+            mark("shutdown")
+            return result
+
+        def __getattr__(self, name):
+            return getattr(real_gc, name)
+
+    runtime.gc = TimedGc()
+
+
+def host_main(argv) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    install_wrappers()
+    from coach.platforms import host
+
+    return host.main(argv)
+
+
+# ------------------------------------------------------------------------------------------- controller side
+
+
+def make_platform_class():
+    from coach.platforms.base import ROLE_HANDLERS, Failure, FunctionRef, Reply
+    from coach.platforms.local import READY_TIMEOUT_S, LocalPlatform
+
+    class ProfilingPlatform(LocalPlatform):
+        """LocalPlatform whose worker hosts run through this file (wrapped runtime); records every reply."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.records: list[dict] = []
+            self._records_lock = threading.Lock()
+
+        def deploy(self, name, role, node):
+            handler = ROLE_HANDLERS[role]
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            with open(self.log_dir / f"{name}.log", "ab") as log:
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--host", "--handler", handler,
+                       "--token", self.token, "--name", name, "--parent-pid", str(os.getpid())]
+                with self._lock:
+                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                            env=self.env)
+                    self._procs[name] = proc
+            port = self._await_ready(proc, started + READY_TIMEOUT_S)
+            if port is None:
+                self._kill(name)
+                return Failure(name, "deploy", "profiling host did not become ready", time.monotonic() - started)
+            return FunctionRef(name=name, role=role, node=node, url=f"http://127.0.0.1:{port}/")
+
+        def invoke(self, ref, payload, timeout_s):
+            result = super().invoke(ref, payload, timeout_s)
+            if payload.get("epoch") is not None and isinstance(result, Reply):
+                with self._records_lock:
+                    self.records.append({"epoch": int(payload["epoch"]), "role": ref.role,
+                                         "duration_s": result.duration_s, **result.body})
+            return result
+
+    return ProfilingPlatform
+
+
+def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--host":
+        return host_main(argv[1:])
+    from bare_dist_sync import DEFAULT_MODEL
+    from coach.cluster import DEFAULT_CLUSTER
+    from coach.jobs import load_job
+    from coach.run import run_jobs
+    from epoch_overhead import job_yaml
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--servers", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epoch-timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+
+    ProfilingPlatform = make_platform_class()
+    platforms = []
+    with tempfile.TemporaryDirectory(prefix="coach-profile-") as tmp_name:
+        tmp = Path(tmp_name)
+        model = Path(args.model).resolve()
+        name = f"profile-{model.stem}"[:60]
+        (tmp / f"{name}.yaml").write_text(job_yaml(name, model, args))
+        spec = load_job(tmp / f"{name}.yaml")
+
+        def factory(log_dir, token):
+            platforms.append(ProfilingPlatform(log_dir, token))
+            return platforms[-1]
+
+        report = run_jobs([spec], DEFAULT_CLUSTER, tmp / "results", view="quiet", platform_factory=factory)
+        lines = (report.run_dir / f"{name}.jsonl").read_text().splitlines()
+        epochs = {r["epoch"]: r for r in map(json.loads, lines) if r.get("phase") == "training"}
+    if report.exit_code != 0:
+        print(f"coach run failed: exit code {report.exit_code}", file=sys.stderr)
+        return 1
+    records = platforms[0].records
+    later = [e for e in epochs if e > 1] or list(epochs)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+
+    print(f"machine: os.cpu_count()={os.cpu_count()}; epochs profiled: {sorted(epochs)}; medians over {later}")
+    print(f"epoch_time_s (controller): {med([epochs[e]['epoch_time_s'] for e in later]):.3f} s")
+    workers = [r for r in records if r["role"] == "worker" and r["epoch"] in later and "profile" in r]
+    for rank in sorted({r["rank"] for r in workers}):
+        mine = [r for r in workers if r["rank"] == rank]
+        print(f"\nworker rank {rank} (median s):")
+        for key, label in SEGMENTS:
+            if key == "fork":
+                values = [r["wall_s"] - (r["profile_returned_s"] - r["profile_entered_s"]) for r in mine]
+            else:
+                values = [r["profile"].get(key, 0.0) for r in mine]
+            print(f"  {med(values):7.3f}  {key:<20} {label}")
+        print(f"  {med([r['compute_s'] for r in mine]):7.3f}  {'(compute_s)':<20} training loop as the reply reports it")
+        print(f"  {med([r['wall_s'] for r in mine]):7.3f}  {'(wall_s)':<20} child: before fork -> reply ready")
+        print(f"  {med([r['duration_s'] - r['wall_s'] for r in mine]):7.3f}  {'(host + HTTP)':<20} "
+              "invocation duration minus wall_s")
+    for role in ("server", "scheduler"):
+        mine = [r for r in records if r["role"] == role and r["epoch"] in later]
+        if mine:
+            print(f"\n{role}: duration {med([r['duration_s'] for r in mine]):.3f} s, child wall "
+                  f"{med([r['wall_s'] for r in mine]):.3f} s (serving from fork until the workers finalize)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

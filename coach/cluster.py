@@ -1,0 +1,178 @@
+"""Cluster files -> ClusterSpec (nodes, slots, prices), and ClusterState (what is placed where).
+
+Both are plain frozen data; `load_cluster` is the only function here that reads a file. Placement decisions
+over this data live in `coach.placement` (and later `scheduler_fork`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+import yaml
+
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TOP_FIELDS = {"name", "price_per_slot_s", "nodes"}
+NODE_FIELDS = {"name", "slots", "price_per_slot_s"}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str  # logical node name, unique in the cluster
+    slots: int  # function instances the node can hold at once
+    price_per_slot_s: float  # money per slot-second of a function placed here
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str  # label used in logs
+    nodes: tuple[NodeSpec, ...]  # in the order the file lists them (first-fit follows it)
+    source: str = "(default)"  # the file it came from
+
+    @property
+    def total_slots(self) -> int:
+        return sum(node.slots for node in self.nodes)
+
+    def node(self, name: str) -> NodeSpec:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"no node named {name!r} in cluster {self.name}")
+
+    def price_of(self, node_name: str) -> float:
+        return self.node(node_name).price_per_slot_s
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "nodes": [{"name": n.name, "slots": n.slots, "price_per_slot_s": n.price_per_slot_s} for n in self.nodes],
+        }
+
+
+#: The thesis's cluster: three nodes; every function instance takes one slot.
+DEFAULT_CLUSTER = ClusterSpec(
+    name="thesis-3-nodes",
+    nodes=tuple(NodeSpec(f"node-{i}", slots=4, price_per_slot_s=0.0001) for i in (1, 2, 3)),
+)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Which function (by name) holds a slot on which node. Pure: every change returns a new state."""
+
+    spec: ClusterSpec  # the nodes and their capacities
+    bound: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # function name -> node
+
+    def used(self, node_name: str) -> int:
+        return sum(1 for node in self.bound.values() if node == node_name)
+
+    def free(self, node_name: str) -> int:
+        return self.spec.node(node_name).slots - self.used(node_name)
+
+    @property
+    def free_slots(self) -> int:
+        return self.spec.total_slots - len(self.bound)
+
+    def bind(self, placement: Mapping[str, str]) -> "ClusterState":
+        clash = set(placement) & set(self.bound)
+        if clash:
+            raise ValueError(f"already bound: {sorted(clash)}")
+        for node_name in set(placement.values()):
+            wanted = sum(1 for n in placement.values() if n == node_name)
+            if wanted > self.free(node_name):
+                raise ValueError(f"node {node_name} has {self.free(node_name)} free slots, {wanted} wanted")
+        return replace(self, bound=MappingProxyType({**self.bound, **placement}))
+
+    def release(self, names) -> "ClusterState":
+        gone = set(names)
+        return replace(self, bound=MappingProxyType({k: v for k, v in self.bound.items() if k not in gone}))
+
+
+class ClusterFileError(Exception):
+    """A bad cluster file; `lines` holds `FILE: FIELD: what is wrong` lines."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def _positive_number(value, where: str, errors: list[str], integer: bool) -> bool:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        errors.append(f"{where}: expected {'an integer' if integer else 'a number'}, got {type(value).__name__}")
+        return False
+    if not math.isfinite(value) or (value <= 0 if integer else value < 0):
+        errors.append(f"{where}: must be {'> 0' if integer else '>= 0'}, got {value}")
+        return False
+    return True
+
+
+def parse_cluster(data, source: str) -> ClusterSpec:
+    """Validate already-parsed YAML; raise ClusterFileError listing every problem."""
+    errors: list[str] = []
+    if not isinstance(data, dict):
+        raise ClusterFileError([f"{source}: (file): expected a mapping with 'nodes'"])
+    for key in sorted(set(data) - TOP_FIELDS, key=str):
+        errors.append(f"{source}: {key}: unknown field")
+    default_price = data.get("price_per_slot_s", 0.0)
+    if "price_per_slot_s" in data:
+        _positive_number(default_price, f"{source}: price_per_slot_s", errors, integer=False)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        errors.append(f"{source}: nodes: required, a non-empty list of nodes")
+        raw_nodes = []
+    nodes, seen = [], set()
+    for i, raw in enumerate(raw_nodes):
+        where = f"{source}: nodes[{i}]"
+        if not isinstance(raw, dict):
+            errors.append(f"{where}: expected a mapping with name and slots")
+            continue
+        for key in sorted(set(raw) - NODE_FIELDS, key=str):
+            errors.append(f"{where}.{key}: unknown field")
+        name = raw.get("name")
+        if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+            errors.append(f"{where}.name: required, letters, digits, '.', '_' or '-'")
+            name = None
+        elif name in seen:
+            errors.append(f"{where}.name: duplicate node name '{name}'")
+        else:
+            seen.add(name)
+        ok = "slots" in raw and _positive_number(raw["slots"], f"{where}.slots", errors, integer=True)
+        if "slots" not in raw:
+            errors.append(f"{where}.slots: required field missing")
+        if "price_per_slot_s" in raw:
+            price = raw["price_per_slot_s"]
+            ok = _positive_number(price, f"{where}.price_per_slot_s", errors, integer=False) and ok
+        else:  # inherits the top-level price, which is reported once, above
+            price = default_price
+        if ok and name is not None:
+            nodes.append(NodeSpec(name, raw["slots"], float(price)))
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str):
+        errors.append(f"{source}: name: expected a string")
+    if errors:
+        raise ClusterFileError(errors)
+    return ClusterSpec(name=name, nodes=tuple(nodes), source=source)
+
+
+def load_cluster(path: str | Path | None) -> ClusterSpec:
+    """Read a cluster file, or return DEFAULT_CLUSTER when no path is given."""
+    if path is None:
+        return DEFAULT_CLUSTER
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ClusterFileError([f"{source}: (file): {error.strerror or error}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ClusterFileError([f"{source}: (file): invalid YAML{where}"]) from None
+    return parse_cluster(data, source)

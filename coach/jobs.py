@@ -1,0 +1,532 @@
+"""Job files -> validated, frozen :class:`JobSpec` objects.
+
+Why this module exists: a job file is written by a person, and a mistake in it
+(a misspelt key, ``batch_size: "64"``, a budget of ``-1``, a model file that
+does not define ``build_model``) must be caught *before* any worker is started
+or any money is spent.  Every problem is reported as one clean line::
+
+    FILE: FIELD: what is wrong
+
+where FILE is the path exactly as the user gave it and FIELD is the YAML key
+(dotted for nested keys, ``(file)`` for problems with the file as a whole).
+All problems of all files are collected and raised together in one
+:class:`JobFileError`, so a user fixes everything in one round.
+
+Side effects: none besides *reading* the job files and the model files they
+name.  The model file is parsed with :mod:`ast` and never imported or executed,
+and this module does not import mxnet, so validation stays fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+import os
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["OPTIMIZERS", "JobFileError", "JobSpec", "load_job", "load_jobs"]
+
+#: MXNet optimizer names a job may use (``mx.optimizer.create(name, ...)``).
+OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagrad", "adadelta"})
+
+#: FIELD used for problems with the job file as a whole.
+FILE_FIELD = "(file)"
+
+#: Top-level functions a model file must define.
+MODEL_FUNCTIONS: tuple[str, ...] = ("build_model", "load_data")
+
+# The job name becomes a file name (results/<name>/...), so no separators,
+# no leading dot, no spaces.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+_REQUIRED: tuple[str, ...] = (
+    "name", "model", "batch_size", "optimizer",
+    "learning_rate", "target_loss", "max_epochs", "budget",
+)
+# Every known key, in the order problems are reported.
+_KNOWN: tuple[str, ...] = (
+    "name", "model", "batch_size", "optimizer", "optimizer_params",
+    "learning_rate", "target_loss", "consecutive", "max_epochs", "budget",
+    "workers", "servers", "max_workers", "max_servers", "seed", "epoch_timeout_s",
+)
+_DEFAULTS: dict[str, Any] = {
+    "optimizer_params": {},
+    "consecutive": 3,
+    "workers": None,
+    "servers": None,
+    "max_workers": None,
+    "max_servers": None,
+    "seed": 0,
+    "epoch_timeout_s": 600.0,
+}
+# Optional fields whose default is "not given": an explicit YAML null is accepted.
+_NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
+# Integer fields -> smallest allowed value.
+_INT_MIN: dict[str, int] = {
+    "batch_size": 1, "consecutive": 1, "max_epochs": 1, "seed": 0,
+    "workers": 1, "servers": 1, "max_workers": 1, "max_servers": 1,
+}
+# Float fields -> (bound, bound is exclusive).
+_FLOAT_MIN: dict[str, tuple[float, bool]] = {
+    "learning_rate": (0.0, True),
+    "target_loss": (0.0, False),
+    "budget": (0.0, True),
+    "epoch_timeout_s": (0.0, True),
+}
+# Common wrong names that difflib would not match.
+_ALIASES: dict[str, str] = {
+    "lr": "learning_rate",
+    "model_path": "model",
+    "model_file": "model",
+    "epochs": "max_epochs",
+    "timeout": "epoch_timeout_s",
+    "epoch_timeout": "epoch_timeout_s",
+}
+_LR_KEYS = frozenset({"learning_rate", "lr"})
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One validated training job; built only by :func:`load_job`/:func:`load_jobs`."""
+
+    name: str                   # job name, safe as a file name
+    source: Path                # absolute path of the job file
+    model_path: Path            # absolute path of the model file
+    batch_size: int             # per-worker mini-batch size
+    optimizer: str              # one of OPTIMIZERS
+    optimizer_params: Mapping[str, float] = field(hash=False)  # extra optimizer kwargs (a dict copy)
+    learning_rate: float
+    target_loss: float
+    consecutive: int            # epochs in a row at or below target_loss to stop (default 3)
+    max_epochs: int
+    budget: float               # money units (price per slot-second x slot-seconds)
+    workers: int | None         # static counts; both None -> dynamic job
+    servers: int | None
+    max_workers: int | None     # optional upper limits for dynamic jobs
+    max_servers: int | None
+    seed: int                   # default 0
+    epoch_timeout_s: float      # deadline of one epoch invocation, default 600
+
+    @property
+    def is_static(self) -> bool:
+        """True when the job fixes both the worker and the server count."""
+        return self.workers is not None and self.servers is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable copy (paths as str, optimizer_params as a new dict)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+
+class JobFileError(Exception):
+    """One or more invalid job files.
+
+    ``lines`` holds one line per problem, each ``"FILE: FIELD: what is wrong"``;
+    ``str(error)`` is those lines joined by newlines.
+    """
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines: list[str] = [_one_line(line) for line in lines]
+        super().__init__("\n".join(self.lines))
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read and validate one job file; raise :class:`JobFileError` listing every problem."""
+    result = _load_one(path)
+    if result.spec is None:
+        raise JobFileError(result.lines)
+    return result.spec
+
+
+def load_jobs(paths: Sequence[str | Path]) -> list[JobSpec]:
+    """Validate all job files; raise one :class:`JobFileError` with the problems of all of them.
+
+    Job names must be unique across the files (they name result folders).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        raise TypeError("load_jobs() takes a sequence of paths; use load_job() for one path")
+    lines: list[str] = []
+    specs: list[JobSpec] = []
+    first_with_name: dict[str, str] = {}
+    for path in paths:
+        result = _load_one(path)
+        lines.extend(result.lines)
+        if result.name is not None:
+            shown = str(path)
+            if result.name in first_with_name:
+                lines.append(
+                    f"{shown}: name: duplicate job name {result.name!r} "
+                    f"(also in {first_with_name[result.name]})"
+                )
+            else:
+                first_with_name[result.name] = shown
+        if result.spec is not None:
+            specs.append(result.spec)
+    if lines:
+        raise JobFileError(lines)
+    return specs
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+
+
+def _describe(value: Any) -> str:
+    """``str '64'``, ``float 2.5``, ``bool True``, ``null`` -- for 'expected X, got ...'."""
+    if value is None:
+        return "null"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+@dataclass
+class _Result:
+    lines: list[str]
+    spec: JobSpec | None = None
+    name: str | None = None  # the job name if that field alone was valid
+
+
+class _Problems:
+    def __init__(self, shown: str):
+        self.shown = shown
+        self.lines: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.lines.append(_one_line(f"{self.shown}: {key}: {message}"))
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats such as ``1e-3`` (YAML 1.1 reads a string)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: list(value) for key, value in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _yaml_line(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    if context and problem.startswith("but "):  # "expected a single document ..., but found ..."
+        problem = f"{context}, {problem}"
+    if mark is not None:
+        return f"invalid YAML at line {mark.line + 1}: {problem}"
+    return f"invalid YAML: {problem}"
+
+
+def _duplicate_keys(node: yaml.Node, prefix: str, seen: set[int]) -> list[tuple[str, int, int]]:
+    """(dotted key, first line, repeated line) for every repeated key in the node tree."""
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    found: list[tuple[str, int, int]] = []
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = None
+            if isinstance(key_node, yaml.ScalarNode):
+                key = f"{prefix}{key_node.value}"
+                line = key_node.start_mark.line + 1
+                if key in first_line:
+                    found.append((key, first_line[key], line))
+                else:
+                    first_line[key] = line
+            found.extend(_duplicate_keys(value_node, f"{key}." if key else prefix, seen))
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found.extend(_duplicate_keys(item, prefix, seen))
+    return found
+
+
+def _read_mapping(path: Path, problems: _Problems) -> tuple[dict | None, set[str]]:
+    """The top-level mapping of the job file (or None) and its duplicated top-level keys."""
+    if not path.exists():
+        problems.add(FILE_FIELD, "file not found")
+        return None, set()
+    if path.is_dir():
+        problems.add(FILE_FIELD, "is a directory, expected a YAML job file")
+        return None, set()
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        problems.add(FILE_FIELD, f"not UTF-8 text (byte {exc.start})")
+        return None, set()
+    except OSError as exc:
+        problems.add(FILE_FIELD, f"cannot read file: {exc.strerror or exc}")
+        return None, set()
+
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        duplicates = _duplicate_keys(node, "", set()) if node is not None else []
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        problems.add(FILE_FIELD, _yaml_line(exc))
+        return None, set()
+    finally:
+        loader.dispose()
+
+    if data is None:
+        problems.add(FILE_FIELD, "file is empty, expected a mapping of job fields")
+        return None, set()
+    if not isinstance(data, dict):
+        problems.add(
+            FILE_FIELD,
+            f"top level must be a mapping of job fields, got {type(data).__name__}",
+        )
+        return None, set()
+    for key, first, again in duplicates:
+        problems.add(key, f"duplicate key (lines {first} and {again})")
+    return data, {key for key, _, _ in duplicates if "." not in key}
+
+
+def _check_int(key: str, value: Any, problems: _Problems) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.add(key, f"expected an integer, got {_describe(value)}")
+        return None
+    low = _INT_MIN[key]
+    if value < low:
+        problems.add(key, f"must be >= {low}, got {value}")
+        return None
+    return value
+
+
+def _as_number(value: Any) -> float | None:
+    """float(value) for finite YAML ints/floats; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _check_float(key: str, value: Any, problems: _Problems) -> float | None:
+    number = _as_number(value)
+    if number is None:
+        problems.add(key, f"expected a number, got {_describe(value)}")
+        return None
+    if not math.isfinite(number):
+        problems.add(key, f"must be a finite number, got {number}")
+        return None
+    bound, exclusive = _FLOAT_MIN[key]
+    if (number <= bound) if exclusive else (number < bound):
+        problems.add(key, f"must be {'>' if exclusive else '>='} {bound:g}, got {number!r}")
+        return None
+    return number
+
+
+def _check_name(value: Any, problems: _Problems) -> str | None:
+    if not isinstance(value, str):
+        problems.add("name", f"expected a string, got {_describe(value)}")
+        return None
+    if not _NAME_RE.fullmatch(value):
+        problems.add(
+            "name",
+            "must be 1-64 characters from letters, digits, '.', '_', '-' starting with "
+            f"a letter or digit (it is used as a file name), got {value!r}",
+        )
+        return None
+    return value
+
+
+def _check_optimizer(value: Any, problems: _Problems) -> str | None:
+    if not isinstance(value, str):
+        problems.add("optimizer", f"expected a string, got {_describe(value)}")
+        return None
+    if value not in OPTIMIZERS:
+        allowed = ", ".join(sorted(OPTIMIZERS))
+        hint = difflib.get_close_matches(value.lower(), sorted(OPTIMIZERS), n=1)
+        suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
+        problems.add("optimizer", f"unknown optimizer {value!r}, allowed: {allowed}{suffix}")
+        return None
+    return value
+
+
+def _check_optimizer_params(value: Any, problems: _Problems) -> dict[str, float] | None:
+    if not isinstance(value, dict):
+        problems.add(
+            "optimizer_params",
+            f"expected a mapping of parameter name to number, got {_describe(value)}",
+        )
+        return None
+    params: dict[str, float] = {}
+    ok = True
+    for key, item in value.items():
+        if not isinstance(key, str):
+            problems.add("optimizer_params", f"parameter names must be strings, got {_describe(key)}")
+            ok = False
+            continue
+        dotted = f"optimizer_params.{key}"
+        if key in _LR_KEYS:
+            problems.add(dotted, "not allowed here, set the top-level 'learning_rate' field instead")
+            ok = False
+            continue
+        number = _as_number(item)
+        if number is None:
+            problems.add(dotted, f"expected a number, got {_describe(item)}")
+            ok = False
+        elif not math.isfinite(number):
+            problems.add(dotted, f"must be a finite number, got {number}")
+            ok = False
+        else:
+            params[key] = number
+    return params if ok else None
+
+
+def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
+    if not isinstance(value, str):
+        problems.add("model", f"expected a string (path of a .py file), got {_describe(value)}")
+        return None
+    if not value.strip():
+        problems.add("model", "must not be empty, expected the path of a .py file")
+        return None
+    model = Path(os.path.abspath(job_dir / value))
+    if not model.exists():
+        problems.add("model", f"file not found: {model}")
+        return None
+    if model.is_dir():
+        problems.add("model", f"is a directory, expected a .py file: {model}")
+        return None
+    if not model.is_file():
+        problems.add("model", f"not a regular file: {model}")
+        return None
+    if model.suffix != ".py":
+        problems.add("model", f"must be a .py file, got {model}")
+        return None
+    try:
+        source = model.read_bytes()
+    except OSError as exc:
+        problems.add("model", f"cannot read {model}: {exc.strerror or exc}")
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. SyntaxWarning for odd escapes
+            tree = ast.parse(source, filename=str(model))
+    except SyntaxError as exc:
+        problems.add("model", f"syntax error in {model} at line {exc.lineno}: {exc.msg}")
+        return None
+    except ValueError as exc:  # e.g. null bytes
+        problems.add("model", f"cannot parse {model}: {exc}")
+        return None
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    missing = [name for name in MODEL_FUNCTIONS if name not in defined]
+    if missing:
+        problems.add(
+            "model",
+            f"{model} must define top-level function(s) {', '.join(MODEL_FUNCTIONS)}; "
+            f"missing: {', '.join(missing)}",
+        )
+        return None
+    return model
+
+
+def _unknown_field(key: Any) -> str:
+    text = str(key)
+    hint = _ALIASES.get(text) or next(
+        iter(difflib.get_close_matches(text, _KNOWN, n=1, cutoff=0.6)), None
+    )
+    return f" (did you mean {hint!r}?)" if hint else ""
+
+
+def _load_one(path: str | Path) -> _Result:
+    shown = str(path)
+    problems = _Problems(shown)
+    source = Path(os.path.abspath(Path(path)))
+    data, duplicated = _read_mapping(source, problems)
+    if data is None:
+        return _Result(problems.lines)
+
+    for key in data:
+        if key not in _KNOWN:
+            problems.add(str(key), f"unknown field{_unknown_field(key)}")
+    for key in _REQUIRED:
+        if key not in data:
+            problems.add(key, "required field missing")
+
+    values: dict[str, Any] = {}
+    for key in _KNOWN:
+        if key not in data or key in duplicated:
+            continue
+        raw = data[key]
+        if raw is None and key in _NULLABLE:
+            values[key] = None  # explicit "not given"
+            continue
+        if key == "name":
+            checked: Any = _check_name(raw, problems)
+        elif key == "model":
+            checked = _check_model(raw, source.parent, problems)
+        elif key == "optimizer":
+            checked = _check_optimizer(raw, problems)
+        elif key == "optimizer_params":
+            checked = _check_optimizer_params(raw, problems)
+        elif key in _INT_MIN:
+            checked = _check_int(key, raw, problems)
+        else:
+            checked = _check_float(key, raw, problems)
+        if checked is not None:
+            values[key] = checked
+
+    # Cross-field rules, only between fields that are present and valid on their own.
+    invalid = {key for key in _KNOWN if key in data and key not in values}
+    for own, other in (("workers", "servers"), ("servers", "workers")):
+        if own in invalid or other in invalid:
+            continue
+        if values.get(own) is not None and values.get(other) is None:
+            problems.add(other, f"required when {own} is given (static job)")
+    for count, limit in (("workers", "max_workers"), ("servers", "max_servers")):
+        if values.get(count) is not None and values.get(limit) is not None:
+            if values[count] > values[limit]:
+                problems.add(count, f"must be <= {limit} ({values[limit]}), got {values[count]}")
+
+    name = values.get("name")
+    if problems.lines:
+        return _Result(problems.lines, name=name)
+
+    merged = {**_DEFAULTS, **values}
+    spec = JobSpec(
+        name=merged["name"],
+        source=source,
+        model_path=merged["model"],
+        batch_size=merged["batch_size"],
+        optimizer=merged["optimizer"],
+        optimizer_params=dict(merged["optimizer_params"]),
+        learning_rate=merged["learning_rate"],
+        target_loss=merged["target_loss"],
+        consecutive=merged["consecutive"],
+        max_epochs=merged["max_epochs"],
+        budget=merged["budget"],
+        workers=merged["workers"],
+        servers=merged["servers"],
+        max_workers=merged["max_workers"],
+        max_servers=merged["max_servers"],
+        seed=merged["seed"],
+        epoch_timeout_s=float(merged["epoch_timeout_s"]),
+    )
+    return _Result([], spec=spec, name=name)

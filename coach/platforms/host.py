@@ -1,0 +1,150 @@
+"""The embedded platform's warm function host: one process per placed function, Nuclio events over HTTP.
+
+It does what a Nuclio processor does for a Python function, on 127.0.0.1 only: import the handler module,
+call `init_context` once, then turn each HTTP request into a `nuclio_sdk.Event`, call the handler and send back
+its `Response`. Requests must carry the run's token. The host leaves when its controller does (it watches its
+parent pid), so no function outlives `coach run`.
+
+Run as `COACH_FUNCTION_TOKEN=T python -m coach.platforms.host --handler functions.worker.main:handler --parent-pid P`;
+it prints `READY <port>` on stdout when it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import nuclio_sdk
+from nuclio_sdk.logger import HumanReadableFormatter
+
+TOKEN_HEADER = "X-Coach-Token"
+TOKEN_ENV = "COACH_FUNCTION_TOKEN"  # the run's token comes by environment, never on the (public) command line
+PARENT_POLL_S = 0.5  # how often the host checks that its controller is alive
+
+
+def load_handler(spec: str):
+    """`module:function` -> (handler, module), as Nuclio's `spec.handler` names it."""
+    module_name, _, function_name = spec.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, function_name or "handler"), module
+
+
+def make_context(name: str) -> nuclio_sdk.Context:
+    logger = nuclio_sdk.Logger(logging.INFO, name)
+    logger.set_handler("default", sys.stderr, HumanReadableFormatter())
+    return nuclio_sdk.Context(logger, None, 0, nuclio_sdk.TriggerInfo("http", "http"))
+
+
+def to_event(request: BaseHTTPRequestHandler, body: bytes) -> nuclio_sdk.Event:
+    content_type = request.headers.get("Content-Type", "application/octet-stream")
+    decoded: object = body
+    if content_type.startswith("application/json"):
+        try:
+            decoded = json.loads(body.decode() or "null")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            decoded = body
+    return nuclio_sdk.Event(
+        body=decoded,
+        content_type=content_type,
+        trigger=nuclio_sdk.TriggerInfo("http", "http"),
+        headers=dict(request.headers.items()),
+        _id=str(uuid.uuid4()),
+        method=request.command,
+        path=request.path,
+        size=len(body),
+        timestamp=datetime.datetime.now(datetime.timezone.utc),
+        url=request.path,
+    )
+
+
+def serve(handler_spec: str, token: str, name: str, port: int = 0) -> ThreadingHTTPServer:
+    context = make_context(name)
+    handler, module = load_handler(handler_spec)
+    if callable(getattr(module, "init_context", None)):
+        module.init_context(context)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet: the controller logs what matters
+            pass
+
+        def _reply(self, status: int, body: str, content_type: str = "application/json", headers=None,
+                   base64_body: bool = False):
+            data = base64.b64decode(body) if base64_body else body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, str(value))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorised(self) -> bool:
+            if self.headers.get(TOKEN_HEADER) == token:
+                return True
+            self._reply(403, json.dumps({"error": "missing or wrong token"}))
+            return False
+
+        def do_GET(self):
+            if self._authorised():
+                self._reply(200, json.dumps({"name": name, "ready": True}))
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length)
+            if not self._authorised():
+                return
+            try:
+                output = handler(context, to_event(self, body))
+                response = nuclio_sdk.Response.from_entrypoint_output(json.dumps, output)
+            except Exception as error:  # a handler bug is a 500 for the caller, not a dead host
+                self._reply(500, json.dumps({"error": f"{type(error).__name__}: {error}"}))
+                return
+            self._reply(response["status_code"], response["body"], response["content_type"], response["headers"],
+                        base64_body=response.get("body_encoding") == "base64")
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Leave at once when the controller is gone (also after `kill -9`)."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+        time.sleep(PARENT_POLL_S)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--handler", required=True)
+    parser.add_argument("--name", default="function")
+    parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    args = parser.parse_args(argv)
+    threading.Thread(target=watch_parent, args=(args.parent_pid,), daemon=True).start()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C reaches the whole process group: leave quietly
+        signal.signal(sig, lambda *_: os._exit(0))
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        parser.error(f"{TOKEN_ENV} is not set: a host never serves without the run's token")
+    server = serve(args.handler, token, args.name)
+    print(f"READY {server.server_address[1]}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The embedded platform: every placed function is a warm host process on 127.0.0.1 (coach.platforms.host).
+
+Side effects: starts and kills processes, writes one log file per function under `<run dir>/logs/`.
+Invocations go over real HTTP with `requests`, exactly as to a deployed Nuclio function.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Mapping
+
+import requests
+
+from coach.platforms.base import ROLE_HANDLERS, Failure, FunctionRef, Reply
+from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
+
+READY_TIMEOUT_S = 120.0  # a cold host imports MXNet; two cores shared by many hosts can be slow
+CANCEL_TIMEOUT_S = 5.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class LocalPlatform:
+    """Warm function hosts on this machine; thread-safe."""
+
+    def __init__(self, log_dir: Path, token: str, env: Mapping[str, str] | None = None):
+        self.log_dir = log_dir
+        self.token = token
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}), TOKEN_ENV: token}
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._session = threading.local()
+
+    def deploy(self, name: str, role: str, node: str) -> FunctionRef | Failure:
+        handler = ROLE_HANDLERS.get(role)
+        if handler is None:
+            return Failure(name, "deploy", f"unknown role {role!r}")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            cmd = [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name, "--parent-pid", str(os.getpid())]
+            with self._lock:
+                if self._closed:
+                    return Failure(name, "deploy", "platform is shutting down")
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                        env=self.env)
+                self._procs[name] = proc
+        port = self._await_ready(proc, started + READY_TIMEOUT_S)
+        if port is None:
+            self._kill(name)
+            return Failure(name, "deploy", f"host did not become ready (see {self.log_dir / (name + '.log')})",
+                           time.monotonic() - started)
+        return FunctionRef(name=name, role=role, node=node, url=f"http://127.0.0.1:{port}/")
+
+    @staticmethod
+    def _await_ready(proc: subprocess.Popen, deadline: float) -> int | None:
+        fd = proc.stdout.fileno()
+        buffer = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                buffer += chunk
+                for line in buffer.decode(errors="replace").splitlines():
+                    if line.startswith("READY "):
+                        return int(line.split()[1])
+            elif proc.poll() is not None:
+                return None
+        return None
+
+    def _http(self) -> requests.Session:
+        session = getattr(self._session, "value", None)
+        if session is None:
+            session = self._session.value = requests.Session()
+            session.headers[TOKEN_HEADER] = self.token
+        return session
+
+    def invoke(self, ref: FunctionRef, payload: Mapping, timeout_s: float) -> Reply | Failure:
+        started = time.monotonic()
+        try:
+            response = self._http().post(ref.url, json=dict(payload), timeout=(5.0, timeout_s))
+        except requests.Timeout:
+            return Failure(ref.name, "timeout", f"no reply within {timeout_s:g} s", time.monotonic() - started)
+        except requests.RequestException as error:
+            return Failure(ref.name, "unreachable", type(error).__name__, time.monotonic() - started)
+        duration_s = time.monotonic() - started
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": response.text[:200]}
+        if response.status_code != 200:
+            message = str(body.get("error", f"HTTP {response.status_code}")).splitlines()[0]
+            kind = "timeout" if response.status_code == 504 else "error"
+            return Failure(ref.name, kind, message, duration_s, body)
+        return Reply(ref.name, body, duration_s)
+
+    def cancel(self, ref: FunctionRef) -> None:
+        try:
+            self._http().post(ref.url, json={"action": "cancel"}, timeout=CANCEL_TIMEOUT_S)
+        except requests.RequestException:
+            pass  # a dead host has nothing left to cancel
+
+    def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]:
+        return "127.0.0.1", free_port()
+
+    def remove(self, ref: FunctionRef) -> None:
+        self._kill(ref.name)
+
+    def _kill(self, name: str) -> None:
+        with self._lock:
+            proc = self._procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+    def live_functions(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, proc in self._procs.items() if proc.poll() is None)
+
+    def close(self) -> None:
+        """Kill every host; in-flight invocations then fail as `unreachable`."""
+        with self._lock:
+            self._closed = True
+            names = list(self._procs)
+        for name in names:
+            self._kill(name)

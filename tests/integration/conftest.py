@@ -1,0 +1,58 @@
+"""Shared helpers for tests that run real function hosts and real MXNet training on loopback."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coach.jobs import load_job
+
+MODELS = Path(__file__).parent / "models"
+LENET = Path(__file__).resolve().parents[2] / "jobs" / "models" / "lenet.py"
+
+
+def host_processes(marker: str) -> list[str]:
+    """Command lines of live function hosts (and their epoch children) whose name contains `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # the process ended while we looked
+            continue
+        if "coach.platforms.host" in args and marker in args and state != "Z":
+            found.append(args)
+    return found
+
+
+def wait_until(predicate, timeout_s: float, step_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return predicate()
+
+
+@pytest.fixture
+def marker() -> str:
+    """A unique prefix for job names, so process checks only see this test's hosts."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def make_job(tmp_path):
+    def make(name: str, model: Path = MODELS / "tiny_mlp.py", **fields):
+        data = {"name": name, "model": str(model), "batch_size": 64, "optimizer": "sgd",
+                "optimizer_params": {"momentum": 0.9}, "learning_rate": 0.05, "target_loss": 0.0,
+                "max_epochs": 3, "budget": 10.0, "workers": 2, "servers": 1, "epoch_timeout_s": 120}
+        data.update(fields)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return load_job(path)
+
+    return make

@@ -1,0 +1,292 @@
+"""coach.cluster: a cluster file becomes a ClusterSpec, or every problem becomes one line.
+
+Error lines read ``FILE: FIELD: what is wrong`` where FILE is the path as given and FIELD is
+the key (``nodes[i].key`` inside a node, ``(file)`` for the file as a whole).
+ClusterState records which function holds a slot on which node; every change returns a new state.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coach.cluster import (
+    DEFAULT_CLUSTER,
+    ClusterFileError,
+    ClusterSpec,
+    ClusterState,
+    NodeSpec,
+    load_cluster,
+    parse_cluster,
+)
+
+ONE_NODE = "nodes:\n  - name: a\n    slots: 1\n"
+
+
+def write(tmp_path: Path, text: str, filename: str = "cluster.yaml") -> Path:
+    path = tmp_path / filename
+    path.write_text(text)
+    return path
+
+
+def error_lines(path: Path) -> list[str]:
+    """The lines of the ClusterFileError that loading `path` raises."""
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster(path)
+    return caught.value.lines
+
+
+# --------------------------------------------------------------------------- the default cluster
+
+
+def test_no_path_gives_the_default_cluster_of_three_nodes_with_four_slots_each():
+    cluster = load_cluster(None)
+
+    assert cluster is DEFAULT_CLUSTER
+    assert cluster.name == "thesis-3-nodes"
+    assert cluster.source == "(default)"
+    assert cluster.nodes == (
+        NodeSpec("node-1", slots=4, price_per_slot_s=0.0001),
+        NodeSpec("node-2", slots=4, price_per_slot_s=0.0001),
+        NodeSpec("node-3", slots=4, price_per_slot_s=0.0001),
+    )
+    assert cluster.total_slots == 12
+
+
+def test_the_shipped_thesis_cluster_file_matches_the_default_cluster():
+    shipped = load_cluster(Path(__file__).resolve().parents[2] / "jobs" / "clusters" / "thesis.yaml")
+
+    assert shipped.name == DEFAULT_CLUSTER.name
+    assert shipped.nodes == DEFAULT_CLUSTER.nodes
+
+
+# --------------------------------------------------------------------------- valid files
+
+
+def test_a_node_price_overrides_the_cluster_price_and_nodes_keep_file_order(tmp_path):
+    path = write(tmp_path, (
+        "name: lab\n"
+        "price_per_slot_s: 0.0002\n"
+        "nodes:\n"
+        "  - name: zeta\n"
+        "    slots: 2\n"
+        "  - name: alpha\n"
+        "    slots: 3\n"
+        "    price_per_slot_s: 0.0005\n"
+    ))
+
+    cluster = load_cluster(path)
+
+    assert cluster == ClusterSpec(
+        name="lab",
+        nodes=(NodeSpec("zeta", 2, 0.0002), NodeSpec("alpha", 3, 0.0005)),
+        source=str(path),
+    )
+    assert cluster.total_slots == 5
+    assert cluster.price_of("alpha") == 0.0005
+    assert cluster.price_of("zeta") == 0.0002
+    assert cluster.node("alpha").slots == 3
+
+
+def test_the_name_defaults_to_the_file_stem_and_the_price_to_zero(tmp_path):
+    cluster = load_cluster(write(tmp_path, ONE_NODE, "small-lab.yaml"))
+
+    assert cluster.name == "small-lab"
+    assert cluster.nodes == (NodeSpec("a", 1, 0.0),)
+
+
+def test_an_integer_price_is_stored_as_a_float(tmp_path):
+    cluster = load_cluster(write(tmp_path, "nodes:\n  - {name: a, slots: 1, price_per_slot_s: 2}\n"))
+
+    assert cluster.nodes[0].price_per_slot_s == 2.0
+    assert isinstance(cluster.nodes[0].price_per_slot_s, float)
+
+
+def test_to_dict_lists_the_nodes_in_order():
+    assert DEFAULT_CLUSTER.to_dict() == {
+        "name": "thesis-3-nodes",
+        "source": "(default)",
+        "nodes": [{"name": f"node-{i}", "slots": 4, "price_per_slot_s": 0.0001} for i in (1, 2, 3)],
+    }
+
+
+# --------------------------------------------------------------------------- bad files, one line per problem
+
+
+def test_unknown_top_level_field(tmp_path):
+    path = write(tmp_path, "colour: red\n" + ONE_NODE)
+
+    assert error_lines(path) == [f"{path}: colour: unknown field"]
+
+
+def test_unknown_node_field(tmp_path):
+    path = write(tmp_path, "nodes:\n  - name: a\n    slots: 1\n    gpus: 2\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].gpus: unknown field"]
+
+
+def test_missing_nodes(tmp_path):
+    path = write(tmp_path, "name: lab\n")
+
+    assert error_lines(path) == [f"{path}: nodes: required, a non-empty list of nodes"]
+
+
+def test_empty_nodes(tmp_path):
+    path = write(tmp_path, "nodes: []\n")
+
+    assert error_lines(path) == [f"{path}: nodes: required, a non-empty list of nodes"]
+
+
+def test_zero_slots(tmp_path):
+    path = write(tmp_path, "nodes:\n  - name: a\n    slots: 0\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].slots: must be > 0, got 0"]
+
+
+def test_slots_written_as_a_word(tmp_path):
+    path = write(tmp_path, "nodes:\n  - name: a\n    slots: four\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].slots: expected an integer, got str"]
+
+
+def test_missing_slots(tmp_path):
+    path = write(tmp_path, "nodes:\n  - name: a\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].slots: required field missing"]
+
+
+def test_negative_node_price(tmp_path):
+    path = write(tmp_path, "nodes:\n  - name: a\n    slots: 1\n    price_per_slot_s: -1\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].price_per_slot_s: must be >= 0, got -1"]
+
+
+def test_duplicate_node_names(tmp_path):
+    path = write(tmp_path, "nodes:\n  - {name: a, slots: 1}\n  - {name: b, slots: 1}\n  - {name: a, slots: 2}\n")
+
+    assert error_lines(path) == [f"{path}: nodes[2].name: duplicate node name 'a'"]
+
+
+def test_a_node_name_with_a_space(tmp_path):
+    path = write(tmp_path, "nodes:\n  - {name: 'node 1', slots: 1}\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].name: required, letters, digits, '.', '_' or '-'"]
+
+
+def test_a_node_name_ending_in_a_newline_is_rejected(tmp_path):
+    # `$` in the NODE_NAME pattern also matches just before a final newline; the whole name must match.
+    path = write(tmp_path, 'nodes:\n  - {name: "a\\n", slots: 1}\n')
+
+    assert error_lines(path) == [f"{path}: nodes[0].name: required, letters, digits, '.', '_' or '-'"]
+
+
+def test_a_node_name_that_is_a_list_is_reported_not_raised(tmp_path):
+    # A typo such as `name: [a, b]` must become an error line like any other bad name,
+    # not a TypeError from putting the list into the set of seen names.
+    path = write(tmp_path, "nodes:\n  - {name: [a, b], slots: 1}\n")
+
+    assert error_lines(path) == [f"{path}: nodes[0].name: required, letters, digits, '.', '_' or '-'"]
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "nodes:\n\t- name: a\n")  # a tab cannot start a YAML token
+
+    assert error_lines(path) == [f"{path}: (file): invalid YAML at line 2"]
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere.yaml"
+
+    assert error_lines(path) == [f"{path}: (file): No such file or directory"]
+
+
+def test_a_file_that_is_not_a_mapping(tmp_path):
+    path = write(tmp_path, "- a\n- b\n")
+
+    assert error_lines(path) == [f"{path}: (file): expected a mapping with 'nodes'"]
+
+
+def test_every_problem_of_a_file_is_reported_at_once_in_file_order(tmp_path):
+    path = write(tmp_path, (
+        "colour: red\n"
+        "nodes:\n"
+        "  - {name: a, slots: 0}\n"
+        "  - {name: b, slots: 2, price_per_slot_s: -0.5}\n"
+    ))
+
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster(path)
+
+    assert caught.value.lines == [
+        f"{path}: colour: unknown field",
+        f"{path}: nodes[0].slots: must be > 0, got 0",
+        f"{path}: nodes[1].price_per_slot_s: must be >= 0, got -0.5",
+    ]
+    assert str(caught.value) == "\n".join(caught.value.lines)
+
+
+def test_parse_cluster_uses_the_source_it_is_given():
+    with pytest.raises(ClusterFileError) as caught:
+        parse_cluster({"nodes": [{"name": "a", "slots": True}]}, "inline")
+
+    assert caught.value.lines == ["inline: nodes[0].slots: expected an integer, got bool"]
+
+
+# --------------------------------------------------------------------------- ClusterState
+
+TWO_NODES = ClusterSpec(name="two", nodes=(NodeSpec("a", 2, 0.1), NodeSpec("b", 1, 0.2)))
+
+
+def test_an_empty_state_has_every_slot_free():
+    state = ClusterState(TWO_NODES)
+
+    assert (state.free("a"), state.free("b"), state.free_slots) == (2, 1, 3)
+    assert dict(state.bound) == {}
+
+
+def test_bind_returns_a_new_state_and_leaves_the_old_one_alone():
+    empty = ClusterState(TWO_NODES)
+
+    bound = empty.bind({"job-scheduler-0": "a", "job-worker-0": "b"})
+
+    assert dict(bound.bound) == {"job-scheduler-0": "a", "job-worker-0": "b"}
+    assert (bound.free("a"), bound.free("b"), bound.free_slots) == (1, 0, 1)
+    assert (empty.free("a"), empty.free("b"), empty.free_slots) == (2, 1, 3)
+
+
+def test_binding_more_functions_than_a_node_has_free_slots_raises():
+    state = ClusterState(TWO_NODES)
+
+    with pytest.raises(ValueError, match="^node b has 1 free slots, 2 wanted$"):
+        state.bind({"f1": "b", "f2": "b"})
+
+
+def test_binding_over_capacity_after_earlier_binds_raises():
+    state = ClusterState(TWO_NODES).bind({"f1": "a"})
+
+    with pytest.raises(ValueError, match="^node a has 1 free slots, 2 wanted$"):
+        state.bind({"f2": "a", "f3": "a"})
+
+
+def test_binding_a_function_that_is_already_bound_raises():
+    state = ClusterState(TWO_NODES).bind({"f1": "a"})
+
+    with pytest.raises(ValueError, match=r"^already bound: \['f1'\]$"):
+        state.bind({"f1": "b"})
+
+
+def test_release_frees_the_slots_of_the_named_functions_only():
+    state = ClusterState(TWO_NODES).bind({"f1": "a", "f2": "a", "f3": "b"})
+
+    released = state.release(["f1", "f3", "never-bound"])
+
+    assert dict(released.bound) == {"f2": "a"}
+    assert (released.free("a"), released.free("b"), released.free_slots) == (1, 1, 2)
+    assert state.free_slots == 0
+
+
+def test_a_released_function_can_be_bound_again():
+    state = ClusterState(TWO_NODES).bind({"f1": "b"}).release(["f1"])
+
+    assert dict(state.bind({"f1": "b"}).bound) == {"f1": "b"}

@@ -1,0 +1,179 @@
+"""functions.runtime helpers that need no MXNet: data sharding, load_data() normalising, the DMLC environment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from functions.runtime import EpochError, _shard, normalise_data, ps_environment
+
+
+def indexed_data(n: int) -> dict:
+    """X holds each sample's own index, so a shard tells which samples it got; y is X + 1000."""
+    x = np.arange(n, dtype="float32").reshape(n, 1)
+    return {"X_train": x, "y_train": x[:, 0] + 1000}
+
+
+def shards(data: dict, num_workers: int, fraction: float = 1.0, seed: int = 0) -> list[list[int]]:
+    out = []
+    for rank in range(num_workers):
+        x, y = _shard(data, rank, num_workers, fraction, seed)
+        assert list(y) == list(x[:, 0] + 1000)  # inputs and labels stay paired
+        out.append([int(v) for v in x[:, 0]])
+    return out
+
+
+# --------------------------------------------------------------------------- _shard
+
+
+@pytest.mark.parametrize("n, workers", [(10, 3), (12, 4), (7, 7), (100, 6)])
+def test_shards_are_equal_disjoint_and_cover_floor_n_over_w_times_w_samples(n, workers):
+    parts = shards(indexed_data(n), workers, seed=3)
+
+    per_worker = n // workers
+    assert [len(part) for part in parts] == [per_worker] * workers
+    everything = [i for part in parts for i in part]
+    assert len(set(everything)) == per_worker * workers  # no sample twice
+    assert set(everything) <= set(range(n))
+
+
+def test_shards_are_the_same_for_the_same_seed():
+    data = indexed_data(50)
+
+    assert shards(data, 2, seed=7) == shards(data, 2, seed=7)
+
+
+def test_shards_differ_for_another_seed():
+    data = indexed_data(50)
+
+    assert shards(data, 2, seed=7) != shards(data, 2, seed=8)
+
+
+def test_shards_are_a_shuffle_not_consecutive_blocks():
+    (part,) = shards(indexed_data(50), 1, seed=7)
+
+    assert sorted(part) == list(range(50))
+    assert part != list(range(50))
+
+
+def test_fraction_keeps_the_rounded_up_share_of_the_samples():
+    parts = shards(indexed_data(100), 2, fraction=0.25, seed=1)  # ceil(25) = 25 samples, 12 per worker
+
+    assert [len(part) for part in parts] == [12, 12]
+
+
+def test_fraction_keeps_a_subset_of_the_full_shuffle():
+    full = [i for part in shards(indexed_data(100), 1, seed=1) for i in part]
+
+    (quarter,) = shards(indexed_data(100), 1, fraction=0.25, seed=1)
+
+    assert quarter == full[:25]
+
+
+def test_a_tiny_fraction_still_gives_every_worker_one_sample():
+    parts = shards(indexed_data(100), 4, fraction=0.001, seed=1)
+
+    assert [len(part) for part in parts] == [1, 1, 1, 1]
+
+
+def test_fewer_samples_than_workers_gives_empty_shards():
+    parts = shards(indexed_data(3), 4)
+
+    assert parts == [[], [], [], []]
+
+
+# --------------------------------------------------------------------------- normalise_data
+
+
+def check_training_part(out: dict) -> None:
+    assert out["X_train"].dtype == np.float32
+    assert out["y_train"].dtype == np.float32
+    np.testing.assert_array_equal(out["X_train"], np.array([[1, 2], [3, 4], [5, 6]], dtype="float32"))
+    np.testing.assert_array_equal(out["y_train"], np.array([0, 1, 0], dtype="float32"))
+
+
+X = [[1, 2], [3, 4], [5, 6]]
+Y = [0, 1, 0]
+XV = np.array([[7.5, 8.5]], dtype="float64")
+YV = np.array([1], dtype="int64")
+
+
+def test_normalise_accepts_a_pair():
+    out = normalise_data((X, Y))
+
+    check_training_part(out)
+    assert sorted(out) == ["X_train", "y_train"]
+
+
+def test_normalise_accepts_four_arrays_with_validation_data():
+    out = normalise_data([X, Y, XV, YV])
+
+    check_training_part(out)
+    assert sorted(out) == ["X_train", "X_val", "y_train", "y_val"]
+    assert (out["X_val"].dtype, out["y_val"].dtype) == (np.float32, np.float32)
+    np.testing.assert_array_equal(out["X_val"], np.array([[7.5, 8.5]], dtype="float32"))
+    np.testing.assert_array_equal(out["y_val"], np.array([1.0], dtype="float32"))
+
+
+def test_normalise_accepts_a_dict():
+    out = normalise_data({"X_train": np.array(X, dtype="int64"), "y_train": np.array(Y), "X_val": XV, "y_val": YV})
+
+    check_training_part(out)
+    assert sorted(out) == ["X_train", "X_val", "y_train", "y_val"]
+
+
+def test_normalise_drops_empty_validation_data():
+    out = normalise_data({"X_train": X, "y_train": Y, "X_val": [], "y_val": []})
+
+    assert sorted(out) == ["X_train", "y_train"]
+
+
+TRAINING_RULE = "load_data(): training inputs and labels must be non-empty and of equal length"
+SHAPE_RULE = "load_data() must return (X, y), (X, y, X_val, y_val) or a dict of them"
+
+
+@pytest.mark.parametrize("data", [
+    (X, Y[:2]),                                  # one label short
+    ([], []),                                    # empty
+    {"X_train": X},                              # no labels
+    {"X_train": None, "y_train": Y},             # no inputs
+], ids=["mismatched", "empty", "no-labels", "no-inputs"])
+def test_normalise_rejects_bad_training_data(data):
+    with pytest.raises(EpochError) as caught:
+        normalise_data(data)
+
+    assert str(caught.value) == TRAINING_RULE
+
+
+@pytest.mark.parametrize("data", [(X,), (X, Y, XV), X[0][0], None], ids=["one", "three", "number", "none"])
+def test_normalise_rejects_other_shapes(data):
+    with pytest.raises(EpochError) as caught:
+        normalise_data(data)
+
+    assert str(caught.value) == SHAPE_RULE
+
+
+# --------------------------------------------------------------------------- ps_environment
+
+
+def test_ps_environment_is_the_dmlc_variables_of_one_role_as_strings():
+    ps = {"root_uri": "10.0.0.5", "root_port": 9091, "num_servers": 1, "num_workers": 2, "node_host": "10.0.0.7"}
+
+    assert ps_environment(ps, "server") == {
+        "DMLC_ROLE": "server",
+        "DMLC_PS_ROOT_URI": "10.0.0.5",
+        "DMLC_PS_ROOT_PORT": "9091",
+        "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": "2",
+        "DMLC_NODE_HOST": "10.0.0.7",
+        "PS_VERBOSE": "0",
+    }
+
+
+def test_ps_environment_node_host_defaults_to_loopback():
+    ps = {"root_uri": "127.0.0.1", "root_port": 9000, "num_servers": 2, "num_workers": 4}
+
+    env = ps_environment(ps, "worker")
+
+    assert (env["DMLC_ROLE"], env["DMLC_NODE_HOST"]) == ("worker", "127.0.0.1")
+    assert (env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]) == ("2", "4")
