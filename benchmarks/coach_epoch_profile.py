@@ -158,33 +158,36 @@ def host_main(argv) -> int:
 
 
 def make_platform_class():
-    from coach.platforms.base import ROLE_HANDLERS, Failure, FunctionRef, Reply
-    from coach.platforms.local import READY_TIMEOUT_S, LocalPlatform
+    import coach.platforms.local as local_module
+    from coach.platforms.base import Reply
+    from coach.platforms.local import LocalPlatform
+
+    class PopenShim:
+        """`subprocess` as coach.platforms.local sees it: host command lines start this file instead.
+
+        Only the module path is swapped (`-m coach.platforms.host ARGS` -> `THIS_FILE --host ARGS`), so whatever
+        arguments and environment LocalPlatform passes today reach the real host unchanged.
+        """
+
+        def __getattr__(self, name):
+            return getattr(subprocess, name)
+
+        @staticmethod
+        def Popen(cmd, *args, **kwargs):  # noqa: N802  (mirrors subprocess.Popen)
+            cmd = list(cmd)
+            if cmd[1:3] == ["-m", "coach.platforms.host"]:
+                cmd = [cmd[0], str(Path(__file__).resolve()), "--host", *cmd[3:]]
+            return subprocess.Popen(cmd, *args, **kwargs)
+
+    local_module.subprocess = PopenShim()  # this process only runs the profiled job
 
     class ProfilingPlatform(LocalPlatform):
-        """LocalPlatform whose worker hosts run through this file (wrapped runtime); records every reply."""
+        """LocalPlatform whose hosts run through this file (wrapped runtime); records every reply."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.records: list[dict] = []
             self._records_lock = threading.Lock()
-
-        def deploy(self, name, role, node):
-            handler = ROLE_HANDLERS[role]
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            started = time.monotonic()
-            with open(self.log_dir / f"{name}.log", "ab") as log:
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--host", "--handler", handler,
-                       "--token", self.token, "--name", name, "--parent-pid", str(os.getpid())]
-                with self._lock:
-                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                            env=self.env)
-                    self._procs[name] = proc
-            port = self._await_ready(proc, started + READY_TIMEOUT_S)
-            if port is None:
-                self._kill(name)
-                return Failure(name, "deploy", "profiling host did not become ready", time.monotonic() - started)
-            return FunctionRef(name=name, role=role, node=node, url=f"http://127.0.0.1:{port}/")
 
         def invoke(self, ref, payload, timeout_s):
             result = super().invoke(ref, payload, timeout_s)
@@ -236,9 +239,12 @@ def main(argv=None) -> int:
         report = run_jobs([spec], DEFAULT_CLUSTER, tmp / "results", view="quiet", platform_factory=factory)
         lines = (report.run_dir / f"{name}.jsonl").read_text().splitlines()
         epochs = {r["epoch"]: r for r in map(json.loads, lines) if r.get("phase") == "training"}
-    if report.exit_code != 0:
-        print(f"coach run failed: exit code {report.exit_code}", file=sys.stderr)
-        return 1
+        if report.exit_code != 0:
+            print(f"coach run failed: exit code {report.exit_code}: "
+                  f"{[json.loads(line).get('stop_reason') for line in lines]}", file=sys.stderr)
+            for log in sorted((report.run_dir / "logs").glob("*.log")):
+                print(f"--- {log.name} (tail) ---\n{log.read_text(errors='replace')[-1500:]}", file=sys.stderr)
+            return 1
     records = platforms[0].records
     later = [e for e in epochs if e > 1] or list(epochs)
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731

@@ -96,6 +96,7 @@ def job_yaml(name: str, model: Path, args: argparse.Namespace) -> str:
 def run_coach(args: argparse.Namespace, tmp: Path) -> dict:
     model = Path(args.model).resolve()
     name = f"overhead-{model.stem}"[:60]
+    tmp.mkdir(parents=True, exist_ok=True)
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(job_yaml(name, model, args))
     spec = load_job(job_file)
@@ -171,6 +172,11 @@ def coach_breakdown(coach: dict) -> list[dict]:
     return rows
 
 
+def _report_side(label: str, result: dict, cpu: dict) -> None:
+    print(f"{label}: done in {result['total_wall_s']:.1f} s (incl. start-up); other processes used "
+          f"{cpu['foreign_cpu_s']:.1f} CPU-s meanwhile ({cpu['foreign_share']:.0%} of the machine)", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model file (build_model/load_data)")
@@ -181,59 +187,74 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate coach and bare this many times; medians pool every round's epochs")
     parser.add_argument("--epoch-timeout", type=float, default=600.0, help="Coach's per-epoch deadline (s)")
     parser.add_argument("--bare-timeout", type=float, default=1800.0, help="total deadline of the bare run (s)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (Coach run dir, logs)")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.servers < 1 or args.epochs < 1 or args.batch_size < 1:
-        parser.error("--workers, --servers, --epochs and --batch-size must be >= 1")
+    if min(args.workers, args.servers, args.epochs, args.batch_size, args.rounds) < 1:
+        parser.error("--workers, --servers, --epochs, --batch-size and --rounds must be >= 1")
 
     print(f"command: {shlex.join([sys.executable] + sys.argv)}")
     print(f"machine: os.cpu_count()={os.cpu_count()}, load average before {os.getloadavg()[0]:.2f}")
     print(f"job: model={Path(args.model).resolve()} workers={args.workers} servers={args.servers} "
-          f"epochs={args.epochs} batch={args.batch_size} sgd lr={args.lr} momentum={args.momentum}", flush=True)
+          f"epochs={args.epochs} batch={args.batch_size} sgd lr={args.lr} momentum={args.momentum} "
+          f"rounds={args.rounds}", flush=True)
 
     tmp_holder = tempfile.TemporaryDirectory(prefix="epoch-overhead-")
     tmp = Path(tmp_holder.name)
+    coaches, bares, foreign = [], [], []
     try:
-        meter = CpuMeter()
-        coach = run_coach(args, tmp)
-        coach_cpu = meter.stop()
-        print(f"coach: done in {coach['total_wall_s']:.1f} s (incl. host start-up); other processes used "
-              f"{coach_cpu['foreign_cpu_s']:.1f} CPU-s meanwhile ({coach_cpu['foreign_share']:.0%} of the machine)",
-              flush=True)
-        meter = CpuMeter()
-        bare = run_bare(args.model, args.workers, args.servers, args.epochs, args.batch_size, args.lr,
-                        args.momentum, args.seed, args.bare_timeout, log_dir=tmp / "bare-logs")
-        bare_cpu = meter.stop()
-        print(f"bare:  done in {bare['total_wall_s']:.1f} s (incl. process start-up); other processes used "
-              f"{bare_cpu['foreign_cpu_s']:.1f} CPU-s meanwhile ({bare_cpu['foreign_share']:.0%} of the machine)",
-              flush=True)
+        for round_no in range(1, args.rounds + 1):
+            prefix = f"[round {round_no}] " if args.rounds > 1 else ""
+            meter = CpuMeter()
+            coaches.append(run_coach(args, tmp / f"round-{round_no}"))
+            foreign.append(meter.stop())
+            _report_side(prefix + "coach", coaches[-1], foreign[-1])
+            meter = CpuMeter()
+            bares.append(run_bare(args.model, args.workers, args.servers, args.epochs, args.batch_size, args.lr,
+                                  args.momentum, args.seed, args.bare_timeout,
+                                  log_dir=tmp / f"round-{round_no}" / "bare-logs"))
+            foreign.append(meter.stop())
+            _report_side(prefix + "bare ", bares[-1], foreign[-1])
         print(f"load average after {os.getloadavg()[0]:.2f}")
-        if max(coach_cpu["foreign_share"], bare_cpu["foreign_share"]) > 0.05:
+        noisy = max(f["foreign_share"] for f in foreign) > 0.05
+        if noisy:
             print("WARNING: other processes competed for the CPUs during the measurement; the figures are noisy")
 
-        coach_times = [r["epoch_time_s"] for r in coach["epochs"]]
-        bare_times = [r["epoch_time_s"] for r in bare["epochs"]]
+        coach_times = [r["epoch_time_s"] for c in coaches for r in c["epochs"]]
+        bare_times = [r["epoch_time_s"] for b in bares for r in b["epochs"]]
+        coach_first = [c["epochs"][0]["epoch_time_s"] for c in coaches]
+        bare_first = [b["epochs"][0]["epoch_time_s"] for b in bares]
         coach_med, bare_med = median(coach_times), median(bare_times)
         ratio = coach_med / bare_med
         print()
         print(f"{'side':<6} {'epochs':>6} {'median epoch s':>15} {'first epoch s':>14} {'ratio':>7}")
-        print(f"{'coach':<6} {len(coach_times):>6} {coach_med:>15.3f} {coach_times[0]:>14.3f} {ratio:>7.2f}")
-        print(f"{'bare':<6} {len(bare_times):>6} {bare_med:>15.3f} {bare_times[0]:>14.3f} {1.0:>7.2f}")
+        print(f"{'coach':<6} {len(coach_times):>6} {coach_med:>15.3f} {median(coach_first):>14.3f} {ratio:>7.2f}")
+        print(f"{'bare':<6} {len(bare_times):>6} {bare_med:>15.3f} {median(bare_first):>14.3f} {1.0:>7.2f}")
         print(f"ratio coach/bare (median epoch) = {ratio:.2f}  (goal <= {GOAL}: {'met' if ratio <= GOAL else 'NOT met'})")
-        print(f"bare start-up before epoch 1: {bare['startup_s']:.2f} s (of which load_data {bare['load_data_s']:.2f} s), "
-              f"kvstore + model setup {bare['setup_s']:.2f} s")
+        if args.rounds > 1:
+            per_round = [median([r["epoch_time_s"] for r in c["epochs"]]) / median([r["epoch_time_s"] for r in b["epochs"]])
+                         for c, b in zip(coaches, bares)]
+            print("ratio per round: " + ", ".join(f"{r:.2f}" for r in per_round))
+        print(f"first epoch: coach includes load_data() in the warm worker hosts; bare loads data before its loop "
+              f"(bare start-up {median([b['startup_s'] for b in bares]):.2f} s, of which load_data "
+              f"{median([b['load_data_s'] for b in bares]):.2f} s; kvstore + model setup "
+              f"{median([b['setup_s'] for b in bares]):.2f} s)")
 
-        print()
-        print("per-epoch seconds       " + " ".join(f"{e:>6}" for e in range(1, args.epochs + 1)))
-        print("coach epoch_time_s      " + " ".join(f"{t:6.2f}" for t in coach_times))
-        print("coach compute_s (max)   " + " ".join(f"{r['compute_s']:6.2f}" for r in coach["epochs"]))
-        print("bare  epoch_time_s      " + " ".join(f"{t:6.2f}" for t in bare_times))
-        print("bare  compute_s (rank0) " + " ".join(f"{r['compute_s']:6.2f}" for r in bare["epochs"]))
+        for round_no, (coach, bare) in enumerate(zip(coaches, bares), 1):
+            print()
+            print(("epoch s" + (f" (round {round_no})" if args.rounds > 1 else "")).ljust(24)
+                  + " ".join(f"{e:>6}" for e in range(1, args.epochs + 1)))
+            print("coach epoch_time_s      " + " ".join(f"{r['epoch_time_s']:6.2f}" for r in coach["epochs"]))
+            print("coach compute_s (max)   " + " ".join(f"{r['compute_s']:6.2f}" for r in coach["epochs"]))
+            print("bare  epoch_time_s      " + " ".join(f"{r['epoch_time_s']:6.2f}" for r in bare["epochs"]))
+            print("bare  compute_s (rank0) " + " ".join(f"{r['compute_s']:6.2f}" for r in bare["epochs"]))
 
-        rows = coach_breakdown(coach)
+        rows = [row for c in coaches for row in coach_breakdown(c)]
         later = [r for r in rows if r["epoch"] > 1] or rows
+        bare_later = [r for b in bares for r in (b["epochs"][1:] or b["epochs"])]
         if later:
             print()
             print("coach epoch breakdown, median over epochs 2.. (s):")
@@ -245,12 +266,12 @@ def main(argv=None) -> int:
                                ("after_workers_s", "  scheduler/server replies after the last worker's"),
                                ("controller_s", "  controller: thread pool, futures")):
                 print(f"  {median([r[key] for r in later]):7.3f}  {label}")
-            bare_compute = median([r["compute_s"] for r in bare["epochs"][1:]] or [r["compute_s"] for r in bare["epochs"]])
-            bare_val = median([r["epoch_time_s"] - r["compute_s"] for r in bare["epochs"][1:]]
-                              or [r["epoch_time_s"] - r["compute_s"] for r in bare["epochs"]])
-            print(f"bare, median over epochs 2..: training loop {bare_compute:.3f} s, validation {bare_val:.3f} s")
+            print(f"bare, median over epochs 2..: epoch {median([r['epoch_time_s'] for r in bare_later]):.3f} s = "
+                  f"training loop {median([r['compute_s'] for r in bare_later]):.3f} s + validation "
+                  f"{median([r['epoch_time_s'] - r['compute_s'] for r in bare_later]):.3f} s")
+            print("(benchmarks/coach_epoch_profile.py splits the worker child's rest into its segments)")
         if args.keep:
-            print(f"kept: {tmp} (coach run dir {coach['run_dir']})")
+            print(f"kept: {tmp}")
     finally:
         if args.keep:
             tmp_holder._finalizer.detach()  # noqa: SLF001  (keep the files on request)

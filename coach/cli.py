@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,10 +37,6 @@ def cmd_run(args) -> int:
         specs = load_jobs(args.files)
     except JobFileError as error:
         return _fail(error.lines)
-    dynamic = [f"{s.source}: workers: required for now (dynamic selection of workers and servers is not "
-               "available yet); set workers and servers" for s in specs if not s.is_static]
-    if dynamic:
-        return _fail(dynamic)
     try:
         cluster = load_cluster(args.cluster)
     except ClusterFileError as error:
@@ -50,6 +47,38 @@ def cmd_run(args) -> int:
     report = run_jobs(specs, cluster, Path(args.results), view=view, placer=args.placer)
     print(f"results: {report.run_dir}")
     return report.exit_code
+
+
+def cmd_plan(args) -> int:
+    """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
+    try:
+        spec = load_jobs([args.job])[0]
+    except JobFileError as error:
+        return _fail(error.lines)
+    try:
+        cluster = load_cluster(args.cluster)
+    except ClusterFileError as error:
+        return _fail(error.lines)
+    from coach.planning import plan
+    from coach.results import LogFileError, read_log_checked
+
+    try:
+        records = [r for r in read_log_checked(Path(args.history)) if r.get("job") == spec.name]
+    except LogFileError as error:
+        return _fail([str(error)])
+    speed_records = [r for r in records if r.get("phase") in ("calibration", "training")]
+    if not speed_records:
+        return _fail([f"{args.history}: (file): no calibration or training epochs of job '{spec.name}'"])
+    spent = max((float(r.get("cumulative_cost") or 0.0) for r in records), default=0.0)
+    budget_left = spec.budget - spent if args.budget_left is None else args.budget_left
+    free_slots = cluster.total_slots if args.free_slots is None else args.free_slots
+    if free_slots < 0:
+        return _fail([f"--free-slots: must be >= 0, got {free_slots}"])
+    price = max(node.price_per_slot_s for node in cluster.nodes)
+    decided = plan(spec, records, free_slots, budget_left, price)
+    print(json.dumps({"job": spec.name, "epochs_logged": len(records), "affordable": decided.affordable,
+                      **decided.to_dict()}, indent=2))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     shown.add_argument("--quiet", action="store_true", help="print only the results folder")
     shown.add_argument("--plain", action="store_true", help="plain log lines instead of the live table")
     run.set_defaults(func=cmd_run)
+
+    planner = sub.add_parser("plan", help="print the fit and the counts Coach would choose next, as JSON")
+    planner.add_argument("job")
+    planner.add_argument("--history", required=True, help="the job's results log (JSON lines)")
+    planner.add_argument("--free-slots", type=int, help="slots the decision may use (default: the whole cluster)")
+    planner.add_argument("--budget-left", type=float, help="money left (default: budget - last cumulative_cost)")
+    planner.add_argument("--cluster", help="cluster file for prices and size (default: the thesis cluster)")
+    planner.set_defaults(func=cmd_plan)
     return parser
 
 

@@ -7,6 +7,7 @@ the job's result log, updates the view.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -19,6 +20,8 @@ from coach.epochs import BadReplies, EpochMetrics, aggregate
 from coach.jobs import JobSpec
 from coach.model.cost import epoch_cost, predict_next_epoch_cost
 from coach.placement import Placer
+from coach.planning import CALIBRATION_POINTS, Plan, plan
+from coach.policy.allocation import slots_for
 from coach.platforms.base import Failure, FunctionRef, Platform, Reply
 from coach.policy.stopping import StopInputs, decide, stop_metric
 from coach.progress import JobStatus, QuietView
@@ -77,6 +80,8 @@ class RunContext:
 @dataclass(frozen=True)
 class EpochOutcome:
     metrics: EpochMetrics  # aggregated losses and accuracies
+    workers: int  # MXNet workers of this epoch
+    servers: int  # MXNet servers of this epoch
     placement: Mapping[str, str]  # function -> node
     epoch_time_s: float  # wall time of the whole epoch
     cost: float  # price x slot-seconds
@@ -99,7 +104,7 @@ class JobRunner:
     """The lifecycle of one job. `run()` never raises: every ending becomes a `stop_reason`."""
 
     def __init__(self, spec: JobSpec, ctx: RunContext, outcome: JobOutcome,
-                 on_finish: Callable[[], None] = lambda: None):
+                 on_finish: Callable[[], None] = lambda: None, min_gain: float = 0.05):
         self.spec = spec
         self.ctx = ctx
         self.outcome = outcome
@@ -114,6 +119,10 @@ class JobRunner:
         self.message = ""
         self.last: EpochMetrics | None = None
         self.unrecorded_cost = 0.0  # spent by a failed epoch, charged on the closing line
+        self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
+        self.counts_of_last = (self.workers, self.servers)  # counts of the last recorded epoch
+        self.records: list[dict] = []  # this job's log lines, as written (the planner reads them)
+        self.min_gain = min_gain  # threshold of relative gain for one more worker or server
 
     # -- the view -------------------------------------------------------------------------------------------
     def _show(self, phase: str | None = None, message: str | None = None) -> None:
@@ -122,7 +131,7 @@ class JobRunner:
         self.ctx.view.update(JobStatus(
             job=self.spec.name, phase=self.phase, epoch=len(self.metrics),
             loss=self.last.loss if self.last else None, val_loss=self.last.val_loss if self.last else None,
-            workers=self.spec.workers or 0, servers=self.spec.servers or 0,
+            workers=self.workers, servers=self.servers,
             cost=self.cumulative_cost, budget=self.spec.budget, message=self.message))
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -147,45 +156,108 @@ class JobRunner:
         return self.outcome
 
     def _train(self, log: ResultLog) -> str:
-        acquired = self._acquire(self.spec.workers, self.spec.servers)
-        if isinstance(acquired, str):
-            self._write_stop(log, acquired)
-            return acquired
+        if not self.spec.is_static:
+            reason = self._calibrate(log)
+            if reason:
+                return reason
         epoch = 0
         while True:
             epoch += 1
             if self.ctx.stop.is_set():
-                self._write_stop(log, "interrupted")
-                return "interrupted"
+                return self._write_stop(log, "interrupted")
+            decision: dict = {}
+            if self.spec.is_static:
+                workers, servers = self.spec.workers, self.spec.servers
+            else:
+                next_plan = self._plan()
+                decision = {"decision": next_plan.to_dict()}
+                if not next_plan.affordable:
+                    return self._write_stop(log, "budget", decision)
+                workers, servers = next_plan.allocation.workers, next_plan.allocation.servers
+            acquired = self._ensure(workers, servers)
+            if isinstance(acquired, str):
+                return self._write_stop(log, acquired, decision)
             self._show("training", f"epoch {epoch}")
-            result = self._epoch(epoch)
+            save = self.ctx.store.prefix(self.spec.name, f"epoch-{epoch:04d}")
+            result = self._epoch(epoch, save, workers, servers, 1.0)
             if isinstance(result, Failure):
                 reason = "interrupted" if self.ctx.stop.is_set() else f"failed: {result.describe()}"
-                self._write_stop(log, reason)
-                return reason
-            self._record(log, epoch, result)
+                return self._write_stop(log, reason, decision)
+            self._record(log, "training", epoch, result, decision)
             if self.outcome.stop_reason:
                 return self.outcome.stop_reason
 
-    def _acquire(self, workers: int, servers: int) -> dict[str, FunctionRef] | str:
-        """Wait for slots (all or nothing), then start the functions. Returns the refs or a stop reason."""
-        names = function_names(self.spec.name, workers, servers)
+    def _calibrate(self, log: ResultLog) -> str | None:
+        """Four mini-epochs at (1,1), (1,2), (2,1), (2,2) on a slice of the data; they train for real too."""
+        fraction = self.spec.calibration_fraction
+        acquired = self._ensure(*CALIBRATION_POINTS[-1])  # every point uses a subset of these functions
+        if isinstance(acquired, str):
+            return self._write_stop(log, acquired)
+        for step, (workers, servers) in enumerate(CALIBRATION_POINTS, start=1):
+            if self.ctx.stop.is_set():
+                return self._write_stop(log, "interrupted")
+            if self.costs:  # the last step's cost, scaled by the slots this step uses
+                predicted = self.costs[-1] * slots_for(workers, servers) / slots_for(*self.counts_of_last)
+                if self.cumulative_cost + predicted > self.spec.budget:
+                    return self._write_stop(log, "budget")
+            self._show("calibration", f"step {step}/{len(CALIBRATION_POINTS)} at {workers}/{servers}")
+            prefix = self.ctx.store.prefix(self.spec.name, f"calibration-{step}")
+            result = self._epoch(0, prefix, workers, servers, fraction)
+            if isinstance(result, Failure):
+                reason = "interrupted" if self.ctx.stop.is_set() else f"failed: {result.describe()}"
+                return self._write_stop(log, reason)
+            extra = {"calibration_step": step, "data_fraction": fraction}
+            self._record(log, "calibration", 0, result, extra)
+            if self.cumulative_cost >= self.spec.budget:
+                return self._write_stop(log, "budget")
+        return None
+
+    def _plan(self) -> Plan:
+        held = len(self.placement)
+        prices = [node.price_per_slot_s for node in self.ctx.cluster.nodes]
+        return plan(self.spec, self.records, self.ctx.allocator.free_slots + held,
+                    self.spec.budget - self.cumulative_cost, max(prices), self.min_gain)
+
+    def _ensure(self, workers: int, servers: int) -> dict[str, FunctionRef] | str:
+        """Hold exactly the functions of (workers, servers): keep what stays, remove the rest, add what is new.
+
+        New slots are placed all or nothing (waiting with backoff while the cluster is full). Returns the
+        refs, or a stop reason.
+        """
+        wanted = function_names(self.spec.name, workers, servers)
+        surplus = [name for name in self.functions if name not in wanted]
+        for name in surplus:
+            self.ctx.platform.remove(self.functions.pop(name))
+        if surplus:
+            self.ctx.allocator.release(surplus)
+            self.placement = {k: v for k, v in self.placement.items() if k not in surplus}
+        self.workers, self.servers = workers, servers
+        missing = [name for name in wanted if name not in self.functions]
+        if not missing:
+            return self.functions
         total = self.ctx.cluster.total_slots
-        if len(names) > total:
-            return f"unschedulable: needs {len(names)} slots, the cluster has {total}"
+        if len(wanted) > total:
+            return f"unschedulable: needs {len(wanted)} slots, the cluster has {total}"
         backoff_s = 0.1
-        while (placement := self.ctx.allocator.place(names)) is None:
+        while (placement := self.ctx.allocator.place(missing)) is None:
             if self.ctx.stop.is_set():
                 return "interrupted"
-            self._show("waiting", f"needs {len(names)} slots, {self.ctx.allocator.free_slots} free")
+            self._show("waiting", f"needs {len(missing)} slots, {self.ctx.allocator.free_slots} free")
             self.ctx.allocator.wait_for_change(backoff_s)
             backoff_s = min(backoff_s * 2, MAX_PLACEMENT_BACKOFF_S)
-        self.placement = placement
-        self._show("deploying", f"{len(names)} functions")
-        with ThreadPoolExecutor(len(names)) as pool:
-            results = list(pool.map(lambda n: self.ctx.platform.deploy(n, role_of(n), placement[n]), names))
+        self.placement = {**self.placement, **placement}
+        self._show("deploying", f"{len(missing)} functions")
+        with ThreadPoolExecutor(len(missing)) as pool:
+            results = list(pool.map(lambda n: self.ctx.platform.deploy(n, role_of(n), placement[n]), missing))
+        self.functions.update({r.name: r for r in results if isinstance(r, FunctionRef)})
         failures = [r for r in results if isinstance(r, Failure)]
-        self.functions = {r.name: r for r in results if isinstance(r, FunctionRef)}
+        new_workers = [r for r in results if isinstance(r, FunctionRef) and r.role == "worker"]
+        if not failures and new_workers:  # load the model and its data now, not inside the first timed epoch
+            warm = {"action": "warm", "model": {"path": str(self.spec.model_path)}}
+            with ThreadPoolExecutor(len(new_workers)) as pool:
+                replies = pool.map(lambda ref: self.ctx.platform.invoke(ref, warm, self.spec.epoch_timeout_s),
+                                   new_workers)
+                failures = [r for r in replies if isinstance(r, Failure)]
         if failures:
             return "interrupted" if self.ctx.stop.is_set() else f"failed: {failures[0].describe()}"
         return self.functions
@@ -197,17 +269,18 @@ class JobRunner:
         self.functions, self.placement = {}, {}
 
     # -- one epoch ------------------------------------------------------------------------------------------
-    def _payload(self, epoch: int, save: str) -> dict:
+    def _payload(self, epoch: int, workers: int, servers: int, fraction: float, save: str) -> dict:
         spec = self.spec
-        scheduler = next(ref for ref in self.functions.values() if ref.role == "scheduler")
+        scheduler = self.functions[function_names(spec.name, workers, servers)[0]]
         host, port = self.ctx.platform.rendezvous_address(scheduler)
         return {
             "job": spec.name,
             "epoch": epoch,
+            "step": len(self.costs) + 1,  # calibration mini-epochs and epochs, counted together: seeds shuffling
             "attempt": 1,
-            "ps": {"root_uri": host, "root_port": port, "num_servers": spec.servers, "num_workers": spec.workers},
+            "ps": {"root_uri": host, "root_port": port, "num_servers": servers, "num_workers": workers},
             "model": {"path": str(spec.model_path)},
-            "data": {"fraction": 1.0},
+            "data": {"fraction": fraction},
             "hyper": {"batch_size": spec.batch_size, "optimizer": spec.optimizer,
                       "learning_rate": spec.learning_rate, "optimizer_params": dict(spec.optimizer_params),
                       "seed": spec.seed},
@@ -215,40 +288,42 @@ class JobRunner:
             "deadline_s": spec.epoch_timeout_s,
         }
 
-    def _epoch(self, epoch: int) -> EpochOutcome | Failure:
-        save = self.ctx.store.prefix(self.spec.name, epoch)
-        payload = self._payload(epoch, save)
+    def _epoch(self, epoch: int, save: str, workers: int, servers: int, fraction: float) -> EpochOutcome | Failure:
+        """Invoke the scheduler, `servers` servers and `workers` workers together; collect; price the epoch."""
+        used = {name: self.functions[name] for name in function_names(self.spec.name, workers, servers)}
+        placement = {name: self.placement[name] for name in used}
+        payload = self._payload(epoch, workers, servers, fraction, save)
         start_s, started = time.time(), time.monotonic()
         replies: dict[str, Reply] = {}
         failure: Failure | None = None
         timeout_s = self.spec.epoch_timeout_s + INVOKE_GRACE_S
-        with ThreadPoolExecutor(len(self.functions)) as pool:
-            futures = {pool.submit(self.ctx.platform.invoke, ref, {**payload, "role": ref.role}, timeout_s): ref
-                       for ref in self.functions.values()}
+        with ThreadPoolExecutor(len(used)) as pool:
+            futures = [pool.submit(self.ctx.platform.invoke, ref, {**payload, "role": ref.role}, timeout_s)
+                       for ref in used.values()]
             for future in as_completed(futures):
                 result = future.result()
                 if isinstance(result, Reply):
                     replies[result.function] = result
                 elif failure is None:
                     failure = result
-                    for ref in self.functions.values():  # the others would wait for it until their deadline
+                    for ref in used.values():  # the others would wait for it until their deadline
                         self.ctx.platform.cancel(ref)
         epoch_time_s = time.monotonic() - started
         prices = {n.name: n.price_per_slot_s for n in self.ctx.cluster.nodes}
         durations = {name: reply.duration_s for name, reply in replies.items()}
         if failure is not None:
             durations[failure.function] = failure.duration_s
-            return self._charge_failed(epoch_cost(durations, self.placement, prices), failure)
-        cost = epoch_cost(durations, self.placement, prices)
-        workers = [r.body for r in replies.values() if self.functions[r.function].role == "worker"]
+            return self._charge_failed(epoch_cost(durations, placement, prices), failure)
+        cost = epoch_cost(durations, placement, prices)
+        worker_replies = [r.body for r in replies.values() if used[r.function].role == "worker"]
         try:
-            metrics = aggregate(workers, self.spec.workers)
+            metrics = aggregate(worker_replies, workers)
         except BadReplies as error:
             return self._charge_failed(cost, Failure(self.spec.name, "error", str(error), epoch_time_s))
         if not self.ctx.store.complete(save):
             return self._charge_failed(
                 cost, Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", epoch_time_s))
-        return EpochOutcome(metrics, dict(self.placement), epoch_time_s, cost, start_s, time.time(), save)
+        return EpochOutcome(metrics, workers, servers, placement, epoch_time_s, cost, start_s, time.time(), save)
 
     def _charge_failed(self, cost: float, failure: Failure) -> Failure:
         """A failed epoch still used its slots: its cost counts, on the closing line."""
@@ -256,39 +331,50 @@ class JobRunner:
         self.cumulative_cost += cost
         return failure
 
-    def _record(self, log: ResultLog, epoch: int, result: EpochOutcome) -> None:
+    def _record(self, log: ResultLog, phase: str, epoch: int, result: EpochOutcome, extra: Mapping) -> None:
         spec, metrics = self.spec, result.metrics
         self.checkpoint = result.checkpoint
         self.ctx.store.prune(spec.name, keep=result.checkpoint)
         self.last = metrics
-        self.metrics.append(stop_metric(metrics.loss, metrics.val_loss))
         self.costs.append(result.cost)
+        self.counts_of_last = (result.workers, result.servers)
         self.cumulative_cost += result.cost
-        reason = decide(StopInputs(
-            metrics=self.metrics, target_loss=spec.target_loss, consecutive=spec.consecutive,
-            max_epochs=spec.max_epochs, cumulative_cost=self.cumulative_cost, budget=spec.budget,
-            predicted_next_cost=predict_next_epoch_cost(self.costs)))
-        log.append(EpochRecord(
-            run_id=self.ctx.run_id, job=spec.name, phase="training", epoch=epoch, workers=spec.workers,
-            servers=spec.servers, placement=result.placement, loss=metrics.loss, val_loss=metrics.val_loss,
+        reason = None
+        if phase == "training":
+            self.metrics.append(stop_metric(metrics.loss, metrics.val_loss))
+            # static jobs predict the next epoch from the last; dynamic ones check their plan before each epoch
+            predicted = predict_next_epoch_cost(self.costs) if spec.is_static else None
+            reason = decide(StopInputs(
+                metrics=self.metrics, target_loss=spec.target_loss, consecutive=spec.consecutive,
+                max_epochs=spec.max_epochs, cumulative_cost=self.cumulative_cost, budget=spec.budget,
+                predicted_next_cost=predicted))
+        record = EpochRecord(
+            run_id=self.ctx.run_id, job=spec.name, phase=phase, epoch=epoch, workers=result.workers,
+            servers=result.servers, placement=result.placement, loss=metrics.loss, val_loss=metrics.val_loss,
             accuracy=metrics.accuracy, train_accuracy=metrics.train_accuracy, samples=metrics.samples,
             epoch_time_s=round(result.epoch_time_s, 4), compute_s=round(metrics.compute_s, 4),
             start=iso(result.start_s), end=iso(result.end_s), cost=result.cost,
-            cumulative_cost=self.cumulative_cost, budget=spec.budget, stop_reason=reason))
-        self.outcome.epochs = epoch
+            cumulative_cost=self.cumulative_cost, budget=spec.budget, stop_reason=reason, extra=dict(extra))
+        log.append(record)
+        self.records.append(json.loads(record.to_json()))
+        if phase == "training":
+            self.outcome.epochs = epoch
         self.outcome.final_loss = metrics.loss
         self.outcome.final_val_loss = metrics.val_loss
-        self.outcome.workers, self.outcome.servers = spec.workers, spec.servers
+        self.outcome.workers, self.outcome.servers = result.workers, result.servers
         self.outcome.total_cost = self.cumulative_cost
         self.outcome.stop_reason = reason
-        self._show("training", f"epoch {epoch} done")
+        self._show(phase, f"{phase} {epoch or extra.get('calibration_step')} done")
 
-    def _write_stop(self, log: ResultLog, reason: str) -> None:
-        """The closing line of a job that stopped without finishing an epoch (failure, interrupt, no slots)."""
+    def _write_stop(self, log: ResultLog, reason: str, extra: Mapping | None = None) -> str:
+        """The closing line of a job that stopped without finishing an epoch; returns the reason."""
         now = time.time()
         log.append(EpochRecord(
             run_id=self.ctx.run_id, job=self.spec.name, phase="stopped", epoch=len(self.metrics),
-            workers=self.spec.workers, servers=self.spec.servers, placement=dict(self.placement),
+            workers=self.workers, servers=self.servers, placement=dict(self.placement),
             loss=None, val_loss=None, accuracy=None, train_accuracy=None, samples=0, epoch_time_s=0.0,
-            compute_s=None, start=iso(now), end=iso(now), cost=self.unrecorded_cost, cumulative_cost=self.cumulative_cost,
-            budget=self.spec.budget, stop_reason=reason))
+            compute_s=None, start=iso(now), end=iso(now), cost=self.unrecorded_cost,
+            cumulative_cost=self.cumulative_cost, budget=self.spec.budget, stop_reason=reason,
+            extra=dict(extra or {})))
+        self.unrecorded_cost = 0.0
+        return reason

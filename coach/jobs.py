@@ -56,6 +56,7 @@ _KNOWN: tuple[str, ...] = (
     "name", "model", "batch_size", "optimizer", "optimizer_params",
     "learning_rate", "target_loss", "consecutive", "max_epochs", "budget",
     "workers", "servers", "max_workers", "max_servers", "seed", "epoch_timeout_s",
+    "calibration_fraction",
 )
 _DEFAULTS: dict[str, Any] = {
     "optimizer_params": {},
@@ -66,6 +67,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_servers": None,
     "seed": 0,
     "epoch_timeout_s": 600.0,
+    "calibration_fraction": 0.25,
 }
 # Optional fields whose default is "not given": an explicit YAML null is accepted.
 _NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
@@ -80,6 +82,7 @@ _FLOAT_MIN: dict[str, tuple[float, bool]] = {
     "target_loss": (0.0, False),
     "budget": (0.0, True),
     "epoch_timeout_s": (0.0, True),
+    "calibration_fraction": (0.0, True),
 }
 # Common wrong names that difflib would not match.
 _ALIASES: dict[str, str] = {
@@ -114,6 +117,7 @@ class JobSpec:
     max_servers: int | None
     seed: int                   # default 0
     epoch_timeout_s: float      # deadline of one epoch invocation, default 600
+    calibration_fraction: float = 0.25  # share of the training data each of the 4 calibration mini-epochs uses
 
     @property
     def is_static(self) -> bool:
@@ -505,6 +509,9 @@ def _load_one(path: str | Path) -> _Result:
             if values[count] > values[limit]:
                 problems.add(count, f"must be <= {limit} ({values[limit]}), got {values[count]}")
 
+    if values.get("calibration_fraction", 0.0) > 1.0:
+        problems.add("calibration_fraction", f"must be <= 1, got {values['calibration_fraction']}")
+
     name = values.get("name")
     if problems.lines:
         return _Result(problems.lines, name=name)
@@ -528,5 +535,6 @@ def _load_one(path: str | Path) -> _Result:
         max_servers=merged["max_servers"],
         seed=merged["seed"],
         epoch_timeout_s=float(merged["epoch_timeout_s"]),
+        calibration_fraction=float(merged["calibration_fraction"]),
     )
     return _Result([], spec=spec, name=name)

@@ -16,12 +16,11 @@ SUFFIXES = (".params", ".states")
 class CheckpointStore:
     root: Path  # <run dir>/checkpoints
 
-    def prefix(self, job: str, epoch: int, attempt: int = 1) -> str:
-        """Where epoch `epoch` of `job` saves; attempts get their own prefix so a failed one never overwrites."""
+    def prefix(self, job: str, tag: str) -> str:
+        """Where the step `tag` (e.g. `epoch-0003`, `calibration-2`) of `job` saves its checkpoint."""
         folder = self.root / job
         folder.mkdir(parents=True, exist_ok=True)
-        tail = "" if attempt == 1 else f"-attempt{attempt}"
-        return str(folder / f"epoch-{epoch:04d}{tail}")
+        return str(folder / tag)
 
     @staticmethod
     def complete(prefix: str | None) -> bool:
@@ -31,7 +30,7 @@ class CheckpointStore:
     def prune(self, job: str, keep: str) -> int:
         """Delete the job's checkpoints other than `keep` (the newest complete one); returns files removed."""
         removed = 0
-        for path in (self.root / job).glob("epoch-*"):
+        for path in (self.root / job).iterdir():
             if not str(path).startswith(keep + "."):
                 path.unlink(missing_ok=True)
                 removed += 1

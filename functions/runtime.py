@@ -209,6 +209,14 @@ def handle_event(context, event, role: str) -> Any:
         return _respond(context, 400, {"error": "event body must be a JSON object"})
     if body.get("action") == "cancel":
         return _respond(context, 200, {"cancelled": cancel_children(host)})
+    if body.get("action") == "warm":  # load the model file and its data before the first timed epoch
+        if role != "worker":
+            return _respond(context, 200, {"warm": True, "role": role})
+        try:
+            load_model(host, str((body.get("model") or {}).get("path", "")))
+        except Exception as error:  # EpochError or the user's own load_data() failing
+            return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
+        return _respond(context, 200, {"warm": True, "role": role})
     missing = [k for k in ("job", "epoch", "ps") if k not in body]
     if missing:
         return _respond(context, 400, {"error": f"missing fields: {', '.join(missing)}"})
@@ -266,7 +274,7 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
 
     hyper = body["hyper"]
     seed = int(hyper.get("seed", 0))
-    epoch = int(body["epoch"])
+    step = int(body.get("step", body["epoch"]))  # calibration mini-epochs and epochs, counted together
     batch_size = int(hyper["batch_size"])
     ckpt = body.get("checkpoint") or {}
     kv = mx.kv.create("dist_sync")
@@ -291,7 +299,7 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
         trainer.load_states(ckpt["load"] + ".states")
 
     started = time.monotonic()
-    order = np.random.RandomState(seed * 100003 + epoch * 101 + rank).permutation(len(x))
+    order = np.random.RandomState(seed * 100003 + step * 101 + rank).permutation(len(x))
     loss_sum, correct, samples = 0.0, 0, 0
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
