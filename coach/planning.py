@@ -80,7 +80,8 @@ def plan(spec: JobSpec, records: Sequence[Mapping], free_slots: int, budget_left
     """Fit on every observation so far and choose (workers, servers) for the next epoch."""
     speed = fit_speed(observations(records))
     remaining = remaining_epochs(training_metrics(records), spec.target_loss, spec.consecutive, spec.max_epochs)
-    demand = JobDemand(job=spec.name, speed=speed, remaining_epochs=remaining.epochs,
+    # at max_epochs nothing remains; a decision is still asked of `coach plan`, so plan for one more epoch
+    demand = JobDemand(job=spec.name, speed=speed, remaining_epochs=max(remaining.epochs, 1.0),
                        remaining_budget=max(budget_left, 0.0), price_per_slot_s=price_per_slot_s,
                        max_workers=spec.max_workers, max_servers=spec.max_servers)
     allocation = allocate([demand], free_slots, min_gain)[spec.name]

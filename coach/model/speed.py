@@ -93,7 +93,7 @@ class _Axis:
     levels: tuple[float, ...]  # distinct levels observed, ascending
     curvature_free: bool  # False only for a flat (1-level) axis
     vertex: float | None  # the vertex when a rule sets it; None when fitted
-    vertex_bounds: tuple[float, float]  # search interval of a fitted vertex, counts
+    vertex_bounds: tuple[float, float]  # interval a fitted vertex must lie in, counts
     note: str | None  # the rule applied, if any
 
     @property

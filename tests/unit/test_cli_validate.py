@@ -115,16 +115,15 @@ def test_validate_reports_the_bad_files_of_a_mixed_set_only(folder, capsys):
 # --------------------------------------------------------------------------- run refuses before starting
 
 
-def test_run_refuses_a_dynamic_job_and_writes_nothing(folder, capsys, no_training):
-    job = write(folder, "job.yaml", STATIC_JOB.replace("workers: 2\nservers: 1\n", ""))
+def test_run_refuses_a_calibration_fraction_above_one_and_writes_nothing(folder, capsys, no_training):
+    job = write(folder, "job.yaml", STATIC_JOB.replace("workers: 2\nservers: 1\n", "calibration_fraction: 1.5\n"))
     results = folder / "results"
 
     assert main(["run", str(job), "--results", str(results)]) == 2
 
     out = capsys.readouterr()
     assert out.out == ""
-    assert out.err == (f"{job}: workers: required for now (dynamic selection of workers and servers is not "
-                       "available yet); set workers and servers\n")
+    assert out.err == f"{job}: calibration_fraction: must be <= 1, got 1.5\n"
     assert not results.exists()
 
 

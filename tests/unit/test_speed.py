@@ -158,6 +158,17 @@ def test_equal_speeds_on_two_levels_count_as_not_helping():
     assert (fit.b1, fit.b3, fit.b5) == pytest.approx((0.0, 0.0, 0.1), rel=1e-12, abs=1e-15)
 
 
+def test_workers_and_servers_varied_together_split_the_difference_between_the_axes():
+    # Optimus' design (w = s only) cannot tell workers from servers: the additive fit gives each half of the
+    # +0.1 epochs/s, so 3 b1 = 3 b3 = 0.05 with both vertices at 2 + 1 = 3.
+    fit = fit_speed([SpeedObservation(1, 1, 0.1), SpeedObservation(2, 2, 0.2)])
+
+    assert (fit.b2, fit.b4) == (3.0, 3.0)
+    assert (fit.b1, fit.b3) == pytest.approx((0.05 / 3, 0.05 / 3), rel=1e-9)
+    assert (fit.epochs_per_s(1, 1), fit.epochs_per_s(2, 2)) == pytest.approx((0.1, 0.2), rel=1e-9)
+    assert fit.notes[0].startswith("workers: 2 levels (1, 2), fitted difference +0.05 epochs/s: more helps")
+
+
 def test_a_third_level_from_real_epochs_makes_the_axis_identifiable():
     truth = (0.01, 3.0, 0.02, 2.0, 0.3)
     calibration = observe(truth, (1, 2), (1, 2))

@@ -1,0 +1,76 @@
+"""Dynamic jobs end to end: calibration, fits, chosen counts and the budget guarantee, over real processes."""
+
+from __future__ import annotations
+
+from coach.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.planning import CALIBRATION_POINTS
+from coach.results import read_log
+from coach.run import run_jobs
+
+from .conftest import LENET, host_processes
+
+DECISION_FIELDS = {"speed_fit", "predicted_epochs_per_s", "predicted_remaining_epochs", "per_epoch_budget",
+                   "stopped_by", "reason", "predicted_epoch_cost"}
+
+
+def test_a_dynamic_lenet_job_calibrates_then_chooses_its_own_counts(tmp_path, make_job, marker):
+    job = make_job(f"{marker}-dyn", model=LENET, workers=None, servers=None, max_epochs=3,
+                   calibration_fraction=0.25)
+    report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
+
+    records = read_log(report.run_dir / f"{job.name}.jsonl")
+    calibration = [r for r in records if r["phase"] == "calibration"]
+    training = [r for r in records if r["phase"] == "training"]
+    # four mini-epochs, varying workers and servers independently, each on a quarter of the data
+    assert [(r["workers"], r["servers"]) for r in calibration] == list(CALIBRATION_POINTS)
+    assert [r["calibration_step"] for r in calibration] == [1, 2, 3, 4]
+    assert all(r["data_fraction"] == 0.25 and r["samples"] < 4000 for r in calibration)
+    assert records[:4] == calibration  # calibration comes first
+    # then real epochs, each with the decision that chose its counts
+    assert [r["epoch"] for r in training] == [1, 2, 3]
+    for r in training:
+        decision = r["decision"]
+        assert DECISION_FIELDS <= set(decision)
+        assert (r["workers"], r["servers"]) == (decision["workers"], decision["servers"])
+        assert decision["stopped_by"] in {"gain", "budget", "capacity", "limit"}
+        assert decision["speed_fit"]["b1"] >= 0 and decision["speed_fit"]["b3"] >= 0
+        assert len(r["placement"]) == r["workers"] + r["servers"] + 1
+    # every observation so far feeds the fit: 4 calibration points, then one more per epoch
+    assert [r["decision"]["speed_fit"]["observations"] for r in training] == [4, 5, 6]
+    # the calibration mini-epochs trained the model too: epoch 1 starts from their checkpoint
+    assert training[0]["loss"] < calibration[0]["loss"]
+    assert records[-1]["stop_reason"] in {"max_epochs", "target_loss"}
+    assert report.exit_code == 0
+    assert host_processes(marker) == []
+
+
+def test_the_budget_is_never_spent_on_an_epoch_predicted_unaffordable(tmp_path, make_job, marker):
+    pricey = ClusterSpec("pricey", tuple(NodeSpec(f"n{i}", 4, price_per_slot_s=0.01) for i in range(3)))
+    job = make_job(f"{marker}-budget", workers=None, servers=None, max_epochs=50, budget=0.12,
+                   calibration_fraction=0.25)
+    report = run_jobs([job], pricey, tmp_path / "results", view="quiet")
+
+    records = read_log(report.run_dir / f"{job.name}.jsonl")
+    assert records[-1]["stop_reason"] == "budget"
+    spent_before = 0.0
+    errors = []
+    for r in records:
+        if r["phase"] == "training":
+            predicted = r["decision"]["predicted_epoch_cost"]
+            assert predicted <= job.budget - spent_before + 1e-12  # started only what it could afford
+            errors.append(abs(r["cost"] - predicted))
+        spent_before = r["cumulative_cost"]
+    # total cost stays within the budget plus at most one epoch's prediction error
+    assert records[-1]["cumulative_cost"] <= job.budget + max(errors, default=0.0)
+    assert report.summary["jobs"][job.name]["stop_reason"] == "budget"
+    assert report.exit_code == 0
+
+
+def test_a_tiny_budget_stops_a_dynamic_job_during_calibration(tmp_path, make_job, marker):
+    job = make_job(f"{marker}-tiny", workers=None, servers=None, budget=1e-7)
+    report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
+
+    records = read_log(report.run_dir / f"{job.name}.jsonl")
+    assert [r["phase"] for r in records] == ["calibration", "stopped"]
+    assert records[-1]["stop_reason"] == "budget"
+    assert report.exit_code == 0
