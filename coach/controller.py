@@ -40,6 +40,7 @@ class Allocator:
         self.placer = placer
         self._state = ClusterState(spec)
         self._changed = threading.Condition()
+        self._waiting: dict[str, int] = {}  # job -> slots it is waiting for
 
     def place(self, names: list[str]) -> Mapping[str, str] | None:
         with self._changed:
@@ -52,6 +53,23 @@ class Allocator:
         with self._changed:
             self._state = self._state.release(names)
             self._changed.notify_all()
+
+    def set_waiting(self, job: str, slots: int) -> None:
+        """Record (slots > 0) or clear (0) that `job` waits for slots; growing jobs leave them free."""
+        with self._changed:
+            if slots > 0:
+                self._waiting[job] = slots
+            else:
+                self._waiting.pop(job, None)
+
+    def slots_for_growth(self, job: str, held: int) -> int:
+        """Slots a job may plan with: what is free plus what it holds, minus what other jobs wait for.
+
+        Never below what it already holds up to (1,1)'s three slots, so a running job can always continue.
+        """
+        with self._changed:
+            queued = sum(n for other, n in self._waiting.items() if other != job)
+            return max(self._state.free_slots + held - queued, min(held, 3))
 
     def wait_for_change(self, timeout_s: float) -> None:
         with self._changed:
@@ -215,7 +233,7 @@ class JobRunner:
     def _plan(self) -> Plan:
         held = len(self.placement)
         prices = [node.price_per_slot_s for node in self.ctx.cluster.nodes]
-        return plan(self.spec, self.records, self.ctx.allocator.free_slots + held,
+        return plan(self.spec, self.records, self.ctx.allocator.slots_for_growth(self.spec.name, held),
                     self.spec.budget - self.cumulative_cost, max(prices), self.min_gain)
 
     def _ensure(self, workers: int, servers: int) -> dict[str, FunctionRef] | str:
@@ -241,10 +259,13 @@ class JobRunner:
         backoff_s = 0.1
         while (placement := self.ctx.allocator.place(missing)) is None:
             if self.ctx.stop.is_set():
+                self.ctx.allocator.set_waiting(self.spec.name, 0)
                 return "interrupted"
+            self.ctx.allocator.set_waiting(self.spec.name, len(missing))
             self._show("waiting", f"needs {len(missing)} slots, {self.ctx.allocator.free_slots} free")
             self.ctx.allocator.wait_for_change(backoff_s)
             backoff_s = min(backoff_s * 2, MAX_PLACEMENT_BACKOFF_S)
+        self.ctx.allocator.set_waiting(self.spec.name, 0)
         self.placement = {**self.placement, **placement}
         self._show("deploying", f"{len(missing)} functions")
         with ThreadPoolExecutor(len(missing)) as pool:

@@ -58,3 +58,19 @@ def test_an_empty_request_places_nothing():
 
 def test_the_placer_registry_offers_first_fit_by_name():
     assert PLACERS["first-fit"] is first_fit
+
+
+def test_a_growing_job_leaves_the_slots_that_waiting_jobs_need():
+    from coach.cluster import DEFAULT_CLUSTER
+    from coach.controller import Allocator
+
+    allocator = Allocator(DEFAULT_CLUSTER, first_fit)
+    assert allocator.place([f"a-{i}" for i in range(5)]) is not None  # job a holds 5 of 12 slots
+    assert allocator.slots_for_growth("a", held=5) == 12
+    allocator.set_waiting("b", 6)
+    assert allocator.slots_for_growth("a", held=5) == 6  # 7 free + 5 held - 6 waited for
+    allocator.set_waiting("c", 6)
+    assert allocator.slots_for_growth("a", held=5) == 3  # never less than (1,1) of what it holds
+    allocator.set_waiting("b", 0)
+    allocator.set_waiting("c", 0)
+    assert allocator.slots_for_growth("a", held=5) == 12
