@@ -206,6 +206,7 @@ def run_bare(model: str | Path = DEFAULT_MODEL, workers: int = 2, servers: int =
     roles = ["scheduler"] + ["server"] * servers + ["worker"] * workers
     procs: list[subprocess.Popen] = []
     names: list[str] = []
+    where = f"logs in {logs}" if log_dir else "log tails on stderr"
     started = time.monotonic()
     try:
         for i, role in enumerate(roles):
@@ -220,15 +221,15 @@ def run_bare(model: str | Path = DEFAULT_MODEL, workers: int = 2, servers: int =
         deadline = started + timeout_s
         while any(p.poll() is None for p in procs):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"bare dist_sync exceeded {timeout_s:g} s; children killed (logs in {logs})")
+                raise RuntimeError(f"bare dist_sync exceeded {timeout_s:g} s; children killed ({where})")
             failed = [(n, p.returncode) for n, p in zip(names, procs) if p.returncode not in (None, 0)]
             if failed:
-                raise RuntimeError(f"bare dist_sync child failed: {failed} (logs in {logs})")
+                raise RuntimeError(f"bare dist_sync child failed: {failed} ({where})")
             time.sleep(0.05)
         total_s = time.monotonic() - started
         failed = [(n, p.returncode) for n, p in zip(names, procs) if p.returncode != 0]
         if failed:
-            raise RuntimeError(f"bare dist_sync child failed: {failed} (logs in {logs})")
+            raise RuntimeError(f"bare dist_sync child failed: {failed} ({where})")
         result = json.loads(result_path.read_text())
         result["total_wall_s"] = total_s
         return result

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.
 
 SEGMENTS = (
     ("fork", "fork + prctl, before the epoch code starts"),
+    ("wait_scheduler", "what-if scheduler-first: wait until the scheduler's port accepts"),
     ("kv_create", "mx.kv.create('dist_sync'): ps-lite start + rendezvous with scheduler"),
     ("shard_build", "shard + seed + build_model() (hybridize)"),
     ("init_forward", "net.initialize + first forward (shape inference, CachedOp)"),
@@ -49,6 +51,28 @@ SEGMENTS = (
 
 
 # ------------------------------------------------------------------------------------------- host side
+
+
+WHAT_IF = set(filter(None, os.environ.get("COACH_PROFILE_WHAT_IF", "").split(",")))
+WHAT_IFS = ("scheduler-first",)
+
+
+def wait_for_scheduler(body: dict, limit_s: float = 10.0) -> None:
+    """What-if `scheduler-first`: connect to the scheduler only once it listens.
+
+    A ps-lite node that connects before the scheduler has bound its port waits for ZeroMQ's reconnect
+    interval (100 ms) and then for one more 100 ms poll in ps-lite's Van::Start; probing the port first avoids it.
+    """
+    import socket
+
+    address = (str(body["ps"]["root_uri"]), int(body["ps"]["root_port"]))
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(address, timeout=0.05):
+                return
+        except OSError:
+            time.sleep(0.002)
 
 
 def install_wrappers() -> None:
@@ -85,6 +109,9 @@ def install_wrappers() -> None:
             module._profiled = True
         entered = time.monotonic()
         mark("entered")
+        if "scheduler-first" in WHAT_IF:
+            wait_for_scheduler(body)
+            mark("wait_scheduler")
         reply = original_epoch(body, module, data)
         mark("returned")
         if steps:
@@ -101,6 +128,14 @@ def install_wrappers() -> None:
         return reply
 
     runtime.run_worker_epoch = run_worker_epoch
+    original_ps_node = runtime.run_ps_node
+
+    def run_ps_node(body, role):
+        if role == "server" and "scheduler-first" in WHAT_IF:
+            wait_for_scheduler(body)
+        return original_ps_node(body, role)
+
+    runtime.run_ps_node = run_ps_node
     mx.kv.create = timed("kv_create", mx.kv.create)
 
     original_load = gluon.Block.load_parameters
@@ -209,7 +244,7 @@ def main(argv=None) -> int:
     from coach.cluster import DEFAULT_CLUSTER
     from coach.jobs import load_job
     from coach.run import run_jobs
-    from epoch_overhead import job_yaml
+    from epoch_overhead import CpuMeter, job_yaml, wait_until_quiet
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
@@ -220,9 +255,15 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--epoch-timeout", type=float, default=600.0)
+    parser.add_argument("--what-if", default="", help=f"comma-separated emulated changes: {', '.join(WHAT_IFS)}")
+    parser.add_argument("--epoch-timeout", type=float, default=300.0, help="Coach's per-epoch deadline (s)")
+    parser.add_argument("--coach-timeout", type=float, default=1800.0, help="total deadline of the Coach run (s)")
     args = parser.parse_args(argv)
 
+    unknown = set(filter(None, args.what_if.split(","))) - set(WHAT_IFS)
+    if unknown:
+        parser.error(f"--what-if: unknown {sorted(unknown)}; known: {', '.join(WHAT_IFS)}")
+    os.environ["COACH_PROFILE_WHAT_IF"] = args.what_if  # the hosts read it (LocalPlatform passes os.environ on)
     ProfilingPlatform = make_platform_class()
     platforms = []
     with tempfile.TemporaryDirectory(prefix="coach-profile-") as tmp_name:
@@ -236,7 +277,16 @@ def main(argv=None) -> int:
             platforms.append(ProfilingPlatform(log_dir, token))
             return platforms[-1]
 
-        report = run_jobs([spec], DEFAULT_CLUSTER, tmp / "results", view="quiet", platform_factory=factory)
+        watchdog = threading.Timer(args.coach_timeout, lambda: os.kill(os.getpid(), signal.SIGINT))
+        watchdog.daemon = True  # run_jobs turns SIGINT into a clean stop: functions killed, job interrupted
+        wait_until_quiet(180.0)
+        meter = CpuMeter()
+        watchdog.start()
+        try:
+            report = run_jobs([spec], DEFAULT_CLUSTER, tmp / "results", view="quiet", platform_factory=factory)
+        finally:
+            watchdog.cancel()
+        cpu = meter.stop()
         lines = (report.run_dir / f"{name}.jsonl").read_text().splitlines()
         epochs = {r["epoch"]: r for r in map(json.loads, lines) if r.get("phase") == "training"}
         if report.exit_code != 0:
@@ -249,7 +299,10 @@ def main(argv=None) -> int:
     later = [e for e in epochs if e > 1] or list(epochs)
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
 
-    print(f"machine: os.cpu_count()={os.cpu_count()}; epochs profiled: {sorted(epochs)}; medians over {later}")
+    print(f"machine: os.cpu_count()={os.cpu_count()}; epochs profiled: {sorted(epochs)}; medians over {later}; "
+          f"what-if: {args.what_if or 'none'}")
+    print(f"other processes used {cpu['foreign_cpu_s']:.1f} CPU-s during the run ({cpu['foreign_share']:.0%} of the "
+          f"machine){'  WARNING: noisy' if cpu['foreign_share'] > 0.05 else ''}")
     print(f"epoch_time_s (controller): {med([epochs[e]['epoch_time_s'] for e in later]):.3f} s")
     workers = [r for r in records if r["role"] == "worker" and r["epoch"] in later and "profile" in r]
     for rank in sorted({r["rank"] for r in workers}):
@@ -262,6 +315,10 @@ def main(argv=None) -> int:
                 values = [r["profile"].get(key, 0.0) for r in mine]
             print(f"  {med(values):7.3f}  {key:<20} {label}")
         print(f"  {med([r['compute_s'] for r in mine]):7.3f}  {'(compute_s)':<20} training loop as the reply reports it")
+        by_epoch = sorted((r["epoch"], r["profile"].get("kv_create", 0.0), r["profile"].get("shutdown", 0.0))
+                          for r in records if r["role"] == "worker" and r.get("rank") == rank and "profile" in r)
+        print(f"  {'':7}  {'(per epoch)':<20} kv_create " + " ".join(f"{k:.2f}" for _, k, _ in by_epoch)
+              + " | shutdown " + " ".join(f"{d:.2f}" for _, _, d in by_epoch))
         print(f"  {med([r['wall_s'] for r in mine]):7.3f}  {'(wall_s)':<20} child: before fork -> reply ready")
         print(f"  {med([r['duration_s'] - r['wall_s'] for r in mine]):7.3f}  {'(host + HTTP)':<20} "
               "invocation duration minus wall_s")

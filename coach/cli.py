@@ -32,15 +32,28 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
+class BadInput(Exception):
+    """Input that must be refused before anything runs; `lines` are the one-line errors to print."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def _inputs(job_files, cluster_file):
+    """Validated job specs and cluster, or BadInput naming every problem (job files first)."""
     try:
-        specs = load_jobs(args.files)
+        specs = load_jobs(job_files)
     except JobFileError as error:
-        return _fail(error.lines)
+        raise BadInput(error.lines) from None
     try:
-        cluster = load_cluster(args.cluster)
+        return specs, load_cluster(cluster_file)
     except ClusterFileError as error:
-        return _fail(error.lines)
+        raise BadInput(error.lines) from None
+
+
+def cmd_run(args) -> int:
+    specs, cluster = _inputs(args.files, args.cluster)
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     from coach.run import run_jobs  # imported here so `coach validate` stays fast
 
@@ -51,14 +64,8 @@ def cmd_run(args) -> int:
 
 def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
-    try:
-        spec = load_jobs([args.job])[0]
-    except JobFileError as error:
-        return _fail(error.lines)
-    try:
-        cluster = load_cluster(args.cluster)
-    except ClusterFileError as error:
-        return _fail(error.lines)
+    specs, cluster = _inputs([args.job], args.cluster)
+    spec = specs[0]
     from coach.planning import plan
     from coach.results import LogFileError, read_log_checked
 
@@ -111,7 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BadInput as error:
+        return _fail(error.lines)
 
 
 if __name__ == "__main__":

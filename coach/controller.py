@@ -30,6 +30,8 @@ from coach.store import CheckpointStore
 
 INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
 MAX_PLACEMENT_BACKOFF_S = 2.0
+RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per attempt
+MAX_RETRY_BACKOFF_S = 8.0
 
 
 class Allocator:
@@ -106,6 +108,7 @@ class EpochOutcome:
     start_s: float  # epoch seconds at the start
     end_s: float  # epoch seconds at the end
     checkpoint: str  # prefix saved by rank 0
+    attempt: int = 1  # which try of the epoch this was
 
 
 def function_names(job: str, workers: int, servers: int) -> list[str]:
@@ -196,11 +199,9 @@ class JobRunner:
             if isinstance(acquired, str):
                 return self._write_stop(log, acquired, decision)
             self._show("training", f"epoch {epoch}")
-            save = self.ctx.store.prefix(self.spec.name, f"epoch-{epoch:04d}")
-            result = self._epoch(epoch, save, workers, servers, 1.0)
-            if isinstance(result, Failure):
-                reason = "interrupted" if self.ctx.stop.is_set() else f"failed: {result.describe()}"
-                return self._write_stop(log, reason, decision)
+            result = self._attempts(log, epoch, f"epoch-{epoch:04d}", workers, servers, 1.0, decision)
+            if isinstance(result, str):
+                return self._write_stop(log, result, decision)
             self._record(log, "training", epoch, result, decision)
             if self.outcome.stop_reason:
                 return self.outcome.stop_reason
@@ -219,16 +220,50 @@ class JobRunner:
                 if self.cumulative_cost + predicted > self.spec.budget:
                     return self._write_stop(log, "budget")
             self._show("calibration", f"step {step}/{len(CALIBRATION_POINTS)} at {workers}/{servers}")
-            prefix = self.ctx.store.prefix(self.spec.name, f"calibration-{step}")
-            result = self._epoch(0, prefix, workers, servers, fraction)
-            if isinstance(result, Failure):
-                reason = "interrupted" if self.ctx.stop.is_set() else f"failed: {result.describe()}"
-                return self._write_stop(log, reason)
             extra = {"calibration_step": step, "data_fraction": fraction}
+            result = self._attempts(log, 0, f"calibration-{step}", workers, servers, fraction, extra)
+            if isinstance(result, str):
+                return self._write_stop(log, result)
             self._record(log, "calibration", 0, result, extra)
             if self.cumulative_cost >= self.spec.budget:
                 return self._write_stop(log, "budget")
         return None
+
+    def _attempts(self, log: ResultLog, epoch: int, tag: str, workers: int, servers: int, fraction: float,
+                  extra: Mapping) -> EpochOutcome | str:
+        """Run one epoch, retrying a failed attempt from the last checkpoint with fresh function instances.
+
+        Every failed attempt is logged (phase "retry") with its cost; after `max_retries` retries the job stops.
+        Returns the outcome, or the stop reason.
+        """
+        save = self.ctx.store.prefix(self.spec.name, tag)
+        attempt = 1
+        while True:
+            result = self._epoch(epoch, save, workers, servers, fraction, attempt)
+            if not isinstance(result, Failure):
+                return result
+            if self.ctx.stop.is_set():
+                return "interrupted"
+            exhausted = attempt > self.spec.max_retries or not result.retryable
+            self._write_line(log, "retry", epoch, None, {**extra, "error": result.describe(),
+                                                         "will_retry": not exhausted}, attempt)
+            if exhausted:
+                return f"failed after {attempt} attempts: {result.describe()}"
+            self._show("retrying", f"attempt {attempt} failed: {result.describe()}")
+            if self.ctx.stop.wait(min(RETRY_BACKOFF_S * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S)):
+                return "interrupted"
+            refreshed = self._refresh(function_names(self.spec.name, workers, servers))
+            if isinstance(refreshed, str):
+                return refreshed
+            attempt += 1
+
+    def _refresh(self, names: list[str]) -> dict[str, FunctionRef] | str:
+        """Replace these functions by fresh instances on the same nodes (a dead or wedged host is gone)."""
+        for name in names:
+            ref = self.functions.pop(name, None)
+            if ref is not None:
+                self.ctx.platform.remove(ref)
+        return self._deploy(names)
 
     def _plan(self) -> Plan:
         held = len(self.placement)
@@ -267,9 +302,13 @@ class JobRunner:
             backoff_s = min(backoff_s * 2, MAX_PLACEMENT_BACKOFF_S)
         self.ctx.allocator.set_waiting(self.spec.name, 0)
         self.placement = {**self.placement, **placement}
-        self._show("deploying", f"{len(missing)} functions")
-        with ThreadPoolExecutor(len(missing)) as pool:
-            results = list(pool.map(lambda n: self.ctx.platform.deploy(n, role_of(n), placement[n]), missing))
+        return self._deploy(missing)
+
+    def _deploy(self, names: list[str]) -> dict[str, FunctionRef] | str:
+        """Start placed functions and warm the new workers; returns the refs or a stop reason."""
+        self._show("deploying", f"{len(names)} functions")
+        with ThreadPoolExecutor(len(names)) as pool:
+            results = list(pool.map(lambda n: self.ctx.platform.deploy(n, role_of(n), self.placement[n]), names))
         self.functions.update({r.name: r for r in results if isinstance(r, FunctionRef)})
         failures = [r for r in results if isinstance(r, Failure)]
         new_workers = [r for r in results if isinstance(r, FunctionRef) and r.role == "worker"]
@@ -309,11 +348,12 @@ class JobRunner:
             "deadline_s": spec.epoch_timeout_s,
         }
 
-    def _epoch(self, epoch: int, save: str, workers: int, servers: int, fraction: float) -> EpochOutcome | Failure:
+    def _epoch(self, epoch: int, save: str, workers: int, servers: int, fraction: float,
+               attempt: int = 1) -> EpochOutcome | Failure:
         """Invoke the scheduler, `servers` servers and `workers` workers together; collect; price the epoch."""
         used = {name: self.functions[name] for name in function_names(self.spec.name, workers, servers)}
         placement = {name: self.placement[name] for name in used}
-        payload = self._payload(epoch, workers, servers, fraction, save)
+        payload = {**self._payload(epoch, workers, servers, fraction, save), "attempt": attempt}
         start_s, started = time.time(), time.monotonic()
         replies: dict[str, Reply] = {}
         failure: Failure | None = None
@@ -344,7 +384,8 @@ class JobRunner:
         if not self.ctx.store.complete(save):
             return self._charge_failed(
                 cost, Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", epoch_time_s))
-        return EpochOutcome(metrics, workers, servers, placement, epoch_time_s, cost, start_s, time.time(), save)
+        return EpochOutcome(metrics, workers, servers, placement, epoch_time_s, cost, start_s, time.time(), save,
+                            attempt)
 
     def _charge_failed(self, cost: float, failure: Failure) -> Failure:
         """A failed epoch still used its slots: its cost counts, on the closing line."""
@@ -375,7 +416,8 @@ class JobRunner:
             accuracy=metrics.accuracy, train_accuracy=metrics.train_accuracy, samples=metrics.samples,
             epoch_time_s=round(result.epoch_time_s, 4), compute_s=round(metrics.compute_s, 4),
             start=iso(result.start_s), end=iso(result.end_s), cost=result.cost,
-            cumulative_cost=self.cumulative_cost, budget=spec.budget, stop_reason=reason, extra=dict(extra))
+            cumulative_cost=self.cumulative_cost, budget=spec.budget, stop_reason=reason, attempt=result.attempt,
+            extra=dict(extra))
         log.append(record)
         self.records.append(json.loads(record.to_json()))
         if phase == "training":
@@ -389,13 +431,18 @@ class JobRunner:
 
     def _write_stop(self, log: ResultLog, reason: str, extra: Mapping | None = None) -> str:
         """The closing line of a job that stopped without finishing an epoch; returns the reason."""
+        self._write_line(log, "stopped", len(self.metrics), reason, extra or {})
+        return reason
+
+    def _write_line(self, log: ResultLog, phase: str, epoch: int, reason: str | None, extra: Mapping,
+                    attempt: int = 1) -> None:
+        """A line that is not a finished epoch (a failed attempt, or the stop); it carries unrecorded cost."""
         now = time.time()
         log.append(EpochRecord(
-            run_id=self.ctx.run_id, job=self.spec.name, phase="stopped", epoch=len(self.metrics),
+            run_id=self.ctx.run_id, job=self.spec.name, phase=phase, epoch=epoch,
             workers=self.workers, servers=self.servers, placement=dict(self.placement),
             loss=None, val_loss=None, accuracy=None, train_accuracy=None, samples=0, epoch_time_s=0.0,
             compute_s=None, start=iso(now), end=iso(now), cost=self.unrecorded_cost,
-            cumulative_cost=self.cumulative_cost, budget=self.spec.budget, stop_reason=reason,
-            extra=dict(extra or {})))
+            cumulative_cost=self.cumulative_cost, budget=self.spec.budget, stop_reason=reason, attempt=attempt,
+            extra=dict(extra)))
         self.unrecorded_cost = 0.0
-        return reason

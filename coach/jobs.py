@@ -56,7 +56,7 @@ _KNOWN: tuple[str, ...] = (
     "name", "model", "batch_size", "optimizer", "optimizer_params",
     "learning_rate", "target_loss", "consecutive", "max_epochs", "budget",
     "workers", "servers", "max_workers", "max_servers", "seed", "epoch_timeout_s",
-    "calibration_fraction",
+    "calibration_fraction", "max_retries",
 )
 _DEFAULTS: dict[str, Any] = {
     "optimizer_params": {},
@@ -68,13 +68,14 @@ _DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "epoch_timeout_s": 600.0,
     "calibration_fraction": 0.25,
+    "max_retries": 3,
 }
 # Optional fields whose default is "not given": an explicit YAML null is accepted.
 _NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
 # Integer fields -> smallest allowed value.
 _INT_MIN: dict[str, int] = {
     "batch_size": 1, "consecutive": 1, "max_epochs": 1, "seed": 0,
-    "workers": 1, "servers": 1, "max_workers": 1, "max_servers": 1,
+    "workers": 1, "servers": 1, "max_workers": 1, "max_servers": 1, "max_retries": 0,
 }
 # Float fields -> (bound, bound is exclusive).
 _FLOAT_MIN: dict[str, tuple[float, bool]] = {
@@ -118,6 +119,7 @@ class JobSpec:
     seed: int                   # default 0
     epoch_timeout_s: float      # deadline of one epoch invocation, default 600
     calibration_fraction: float = 0.25  # share of the training data each of the 4 calibration mini-epochs uses
+    max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
 
     @property
     def is_static(self) -> bool:
@@ -536,5 +538,6 @@ def _load_one(path: str | Path) -> _Result:
         seed=merged["seed"],
         epoch_timeout_s=float(merged["epoch_timeout_s"]),
         calibration_fraction=float(merged["calibration_fraction"]),
+        max_retries=merged["max_retries"],
     )
     return _Result([], spec=spec, name=name)

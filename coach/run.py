@@ -75,7 +75,9 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
             ctx.stop.set()
             platform.close()  # in-flight epochs fail at once; job threads record `interrupted`
 
-        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # signals reach only the main thread; a run started from another thread is stopped by its caller
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
         try:
             write_summary()
             for thread in threads:

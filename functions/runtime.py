@@ -17,6 +17,7 @@ import math
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -105,6 +106,19 @@ def ps_environment(ps: dict, role: str) -> dict[str, str]:
         "DMLC_NODE_HOST": str(ps.get("node_host", "127.0.0.1")),
         "PS_VERBOSE": "0",
     }
+
+
+def await_scheduler(ps: dict, timeout_s: float = 10.0) -> None:
+    """Wait until the PS scheduler listens before joining: a node that connects earlier sits out ZeroMQ's
+    100 ms reconnect interval, and ps-lite's 100 ms readiness poll, which doubles the rendezvous time."""
+    deadline = time.monotonic() + timeout_s
+    address = (str(ps["root_uri"]), int(ps["root_port"]))
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(address, timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.005)
 
 
 def _die_with_parent() -> None:
@@ -242,6 +256,8 @@ def _respond(context, status: int, reply: dict):
 def run_ps_node(body: dict, role: str) -> dict:
     """Child side of the scheduler and server roles: serve until every worker has dropped its kvstore."""
     os.environ.update(ps_environment(body["ps"], role))
+    if role != "scheduler":
+        await_scheduler(body["ps"])
     from mxnet.kvstore import kvstore_server
 
     started = time.monotonic()
@@ -268,6 +284,7 @@ def _shard(data: dict, rank: int, num_workers: int, fraction: float, seed: int) 
 def run_worker_epoch(body: dict, module, data: dict) -> dict:
     """Child side of a worker: load the checkpoint, train one epoch on its shard, rank 0 saves and validates."""
     os.environ.update(ps_environment(body["ps"], "worker"))
+    await_scheduler(body["ps"])
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
@@ -285,10 +302,11 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
 
     mx.random.seed(seed)
     net = module.build_model()
-    net.initialize(mx.init.Xavier())
-    net(mx.nd.array(x[:1]))  # materialise deferred shapes before loading or broadcasting
-    if ckpt.get("load"):
+    if ckpt.get("load"):  # the checkpoint gives every shape: no throw-away initialisation
         net.load_parameters(ckpt["load"] + ".params")
+    else:
+        net.initialize(mx.init.Xavier())
+        net(mx.nd.array(x[:1]))  # materialise deferred shapes before the kvstore broadcasts them
     loss_fn = module.loss() if callable(getattr(module, "loss", None)) else gluon.loss.SoftmaxCrossEntropyLoss()
     opt_params = dict(hyper.get("optimizer_params") or {})
     opt_params["learning_rate"] = float(hyper["learning_rate"])

@@ -34,10 +34,15 @@ class Reply:
 @dataclass(frozen=True)
 class Failure:
     function: str  # FunctionRef.name (or the name that failed to deploy)
-    kind: str  # "deploy", "unreachable", "timeout" or "error"
+    kind: str  # "deploy", "unreachable", "timeout", "error" or "rejected" (the request itself is wrong)
     message: str  # one line for the log and the live view
     duration_s: float = 0.0  # time spent before the failure was known
     body: Mapping = field(default_factory=dict)  # the reply, when the function answered with an error
+
+    @property
+    def retryable(self) -> bool:
+        """A rejected request (bad payload, broken model file) fails the same way on a fresh instance."""
+        return self.kind != "rejected"
 
     def describe(self) -> str:
         return f"{self.function}: {self.kind}: {self.message}"

@@ -105,7 +105,7 @@ class LocalPlatform:
             body = {"error": response.text[:200]}
         if response.status_code != 200:
             message = str(body.get("error", f"HTTP {response.status_code}")).splitlines()[0]
-            kind = "timeout" if response.status_code == 504 else "error"
+            kind = {504: "timeout", 400: "rejected", 403: "rejected", 422: "rejected"}.get(response.status_code, "error")
             return Failure(ref.name, kind, message, duration_s, body)
         return Reply(ref.name, body, duration_s)
 

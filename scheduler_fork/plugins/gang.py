@@ -1,0 +1,120 @@
+"""Gang plugins: the thesis's fork of kube's coscheduling plugin, and what makes it deadlock-free.
+
+- PodGroupRoles (PreFilter): the thesis's filter. A job's pods wait until its quorum is present (pending, reserved
+  or bound): by default one scheduler, one server and one worker ("waiting for roles: server").
+- HeadOfLine (PreFilter): FIFO by job. A job that has not started may start only when it is the earliest ready
+  job and no started job still has pods to place. Without it the thesis's gang can deadlock (README).
+- QuorumFirst (PreFilter): a pod that does not bring its job closer to its quorum may not take a slot the quorum
+  still needs (an extra server must not take the last slot the job's worker needs).
+- Coscheduling (Reserve/Unreserve + Permit): all or nothing. Pods wait at Permit holding their reservation until
+  the job's quorum is reserved, then all bind together; when one times out, the job's waiting pods are rejected.
+
+Side effects: none.
+"""
+
+from __future__ import annotations
+
+from scheduler_fork.framework import Allow, Pod, PermitVerdict, Reason, Wait
+
+
+class PodGroupRoles:
+    """PreFilter: the job's quorum (every role it needs, and its whole set when required) must be present."""
+
+    name = "PodGroupRoles"
+
+    def pre_filter(self, state, pod: Pod) -> Reason:
+        ledger = state.jobs[pod.job]
+        group = ledger.group
+        if group.met(ledger.present):
+            return None
+        missing_roles = [role for role, need in group.min_member.items() if ledger.present[role] < need]
+        if missing_roles:
+            words = []
+            for role in missing_roles:
+                have, need = ledger.present[role], group.min_member[role]
+                words.append(role if have == 0 and need == 1 else f"{role} {have} of {need}")
+            return "waiting for roles: " + ", ".join(words)
+        return f"waiting for pods: {sum(ledger.present.values())} of {group.whole} present"
+
+
+class HeadOfLine:
+    """PreFilter: one job at a time starts, in job creation order (FIFO head of line).
+
+    A pod passes when its job has already started (holds a reserved or bound pod). A pod of a job that has not
+    started passes only when (1) no started job still has pods pending or waiting at Permit, and (2) its job is
+    the earliest *ready* job: quorum present, no larger than the cluster, pods pending. Jobs still waiting for
+    roles do not hold the line. So at most one job at a time holds slots without its quorum, and that job is
+    placed before any other starts: see the README for why this rules out deadlock.
+    """
+
+    name = "HeadOfLine"
+
+    def pre_filter(self, state, pod: Pod) -> Reason:
+        ledger = state.jobs[pod.job]
+        if ledger.started:
+            return None
+        if not ledger.eligible:
+            quorum = ledger.group.quorum_pods
+            if quorum > state.total_slots:
+                return f"job {pod.job} needs {quorum} slots, the cluster has {state.total_slots}"
+            return f"job {pod.job} is not ready: {ledger.group.shortfall(ledger.present)} missing"
+        blocker = state.first_open_job()
+        if blocker is not None:
+            return f"behind job {blocker}, which is still placing its pods"
+        head = state.first_ready_job()
+        if head is not None and head != pod.job:
+            return f"behind job {head}, first in line"
+        return None
+
+
+class QuorumFirst:
+    """PreFilter: keep the free slots a job's quorum still needs from the job's own extra pods.
+
+    With d = the pods the job still lacks for its quorum (counting reserved and bound pods), a pod that does not
+    lower d may take a slot only if d slots stay free. (Counts pods: Coach's functions take one slot each.)
+    """
+
+    name = "QuorumFirst"
+
+    def pre_filter(self, state, pod: Pod) -> Reason:
+        ledger = state.jobs[pod.job]
+        group = ledger.group
+        held = ledger.held()
+        before = group.deficit(held)
+        if before == 0:
+            return None
+        held[pod.role] += 1
+        if group.deficit(held) < before:
+            return None
+        if state.total_free - pod.slots >= before:
+            return None
+        held[pod.role] -= 1
+        return (f"keeping {before} free slot{'s' if before != 1 else ''} for job {pod.job}'s quorum "
+                f"({group.shortfall(held)})")
+
+
+class Coscheduling:
+    """Reserve/Unreserve + Permit: a job's quorum binds together or not at all (coscheduling's Permit).
+
+    Permit allows a pod once the job's reserved and bound pods meet the quorum, and then allows every pod of the
+    job waiting at Permit with it; before that the pod waits (holding its reservation) for at most the
+    scheduler's `permit_timeout_s`. When a waiting pod is rejected (timed out), Unreserve rejects the job's
+    other waiting pods too, so the job gives back every slot it held without running.
+    """
+
+    name = "Coscheduling"
+
+    def reserve(self, state, pod: Pod, node: int) -> Reason:
+        return None
+
+    def unreserve(self, state, pod: Pod) -> tuple[str, ...]:
+        ledger = state.jobs.get(pod.job)
+        if ledger is None:
+            return ()
+        return tuple(sorted(name for name in ledger.reserved_names if name != pod.name))
+
+    def permit(self, state, pod: Pod, node: int) -> PermitVerdict:
+        ledger = state.jobs[pod.job]
+        if ledger.group.met(ledger.held()):
+            return Allow(also=tuple(sorted(name for name in ledger.reserved_names if name != pod.name)))
+        return Wait(timeout_s=state.permit_timeout_s)

@@ -1,0 +1,91 @@
+"""The scheduling queue: an active heap ordered by the QueueSort plugin, and a backoff heap ordered by time.
+
+kube-scheduler's PriorityQueue keeps three sets: activeQ, backoffQ and unschedulablePods. Here a pod that
+fails a scheduling attempt goes straight to the backoff heap with kube's per-pod exponential backoff
+(1 s, 2 s, 4 s, 8 s, then 10 s) counted in passed-in time, and returns to the active heap once it has expired.
+kube would instead park it among the unschedulable pods until a cluster event (a pod added or deleted) and only
+then apply the backoff; since every event that can help a pod here is a submit, a delete or time passing,
+retrying after the backoff reaches the same placements, with a few more attempts.
+
+Side effects: none (no clock; the caller passes `now_s`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from scheduler_fork.framework import Pod, backoff_s
+
+
+class SchedulingQueue:
+    """Pending pods: active (ready to try now) or backing off until a given time."""
+
+    def __init__(self, key: Callable[[Pod], tuple]) -> None:
+        self._key = key  # the QueueSort plugin's key
+        self._active: list[tuple[tuple, int, str]] = []  # (sort key, token, pod)
+        self._backoff: list[tuple[float, tuple, int, str]] = []  # (expiry, sort key, token, pod)
+        self._token: dict[str, int] = {}  # pod -> token of its live heap entry (others are stale)
+        self._until: dict[str, float] = {}  # pod in backoff -> expiry time
+        self._next = 0  # next token
+        self.attempts: dict[str, int] = {}  # pod -> failed scheduling attempts so far
+
+    def __len__(self) -> int:
+        return len(self._token)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._token
+
+    def add(self, pod: Pod) -> None:
+        """A new pod is active at once."""
+        self._push_active(pod.name, self._key(pod))
+
+    def requeue(self, pod: Pod, now_s: float) -> float:
+        """A failed attempt: back off; returns the time the pod becomes active again."""
+        attempts = self.attempts.get(pod.name, 0) + 1
+        self.attempts[pod.name] = attempts
+        until = now_s + backoff_s(attempts)
+        token = self._new_token(pod.name)
+        self._until[pod.name] = until
+        heapq.heappush(self._backoff, (until, self._key(pod), token, pod.name))
+        return until
+
+    def flush(self, now_s: float) -> None:
+        """Move every pod whose backoff has expired by `now_s` to the active heap."""
+        backoff = self._backoff
+        while backoff and backoff[0][0] <= now_s:
+            _, key, token, name = heapq.heappop(backoff)
+            if self._token.get(name) == token:
+                del self._until[name]
+                self._push_active(name, key)
+
+    def pop(self) -> str | None:
+        """The active pod with the smallest sort key, or None when no pod is active."""
+        active = self._active
+        while active:
+            _, token, name = heapq.heappop(active)
+            if self._token.get(name) == token:
+                del self._token[name]
+                return name
+        return None
+
+    def remove(self, name: str) -> None:
+        """Forget a pod (deleted, or scheduled); its heap entries become stale."""
+        self._token.pop(name, None)
+        self._until.pop(name, None)
+
+    def forget_attempts(self, name: str) -> None:
+        self.attempts.pop(name, None)
+
+    def backoff_until(self, name: str) -> float | None:
+        """When a backing-off pod becomes active again; None if it is active or not queued."""
+        return self._until.get(name)
+
+    def _new_token(self, name: str) -> int:
+        self._next += 1
+        self._token[name] = self._next
+        return self._next
+
+    def _push_active(self, name: str, key: tuple) -> None:
+        token = self._new_token(name)
+        heapq.heappush(self._active, (key, token, name))

@@ -1,0 +1,512 @@
+"""The Scheduler: runs pods through a profile's plugins, one scheduling cycle per pod (kube: scheduleOne).
+
+The only stateful object of the library. Its state is plain data (`SchedulingState`, `SchedulingQueue`, a few
+dicts) and changes only through `submit`, `delete` and `schedule`. Time is an argument (`now_s`), never read;
+the tie-break between equally good nodes draws from `random.Random(seed)`, so the same calls with the same seed
+give the same placements.
+
+One cycle, for the active pod with the smallest QueueSort key:
+
+1. PreFilter plugins, in profile order; the first reason makes the pod unschedulable.
+2. Filter + Score + NormalizeScore over the nodes, then the best node (seeded random among equals). Two ways:
+   - indexed (the default when every Filter and Score plugin offers a bucket form): nodes are grouped by
+     (capacity, free slots); a filter or score is computed once per group, plus the few nodes a score plugin
+     names as exceptions (JobIsolation: the nodes of the pod's own job). Exact over *all* nodes, at a cost that
+     does not grow with the number of nodes.
+   - per node (kube's loop, for plugins without a bucket form): from a rotating start index, filter nodes until
+     `feasible_nodes_to_find(n)` pass (kube's percentageOfNodesToScore), score those, pick the best.
+3. Reserve (the node's slots are taken) and the Reserve plugins.
+4. Permit: Allow binds now (with the waiting pods the plugin names); Wait keeps the reservation until allowed
+   or `timeout_s` later; Reject gives it back.
+5. Bind.
+
+An unschedulable or rejected pod goes back to the queue with its backoff (1 s doubling to 10 s, passed-in time).
+Side effects: none outside the object (no I/O, no clock).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from typing import Iterable, Mapping, Sequence
+
+from scheduler_fork.framework import (
+    Allow,
+    CycleResult,
+    Deadlock,
+    Node,
+    Pod,
+    PodGroup,
+    Profile,
+    Reject,
+    Wait,
+    frozen,
+)
+from scheduler_fork.plugins import PLUGINS
+from scheduler_fork.profiles import PROFILES
+from scheduler_fork.queue import SchedulingQueue
+from scheduler_fork.state import RESERVED, SchedulingState
+
+#: kube-scheduler's sampling constants (pkg/scheduler/schedule_one.go).
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+BASE_PERCENTAGE_OF_NODES_TO_SCORE = 50
+
+
+def feasible_nodes_to_find(num_nodes: int) -> int:
+    """kube's numFeasibleNodesToFind with the adaptive percentage: all nodes below 100, else 50% - n/125 (>= 5%)."""
+    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_nodes
+    percentage = max(BASE_PERCENTAGE_OF_NODES_TO_SCORE - num_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def _resolve(name: str, method: str, point: str):
+    plugin = PLUGINS.get(name)
+    if plugin is None:
+        raise ValueError(f"unknown plugin {name!r} at {point}; known: {', '.join(sorted(PLUGINS))}")
+    if not callable(getattr(plugin, method, None)):
+        raise ValueError(f"plugin {name!r} has no {method}() and cannot run at {point}")
+    return plugin
+
+
+class Scheduler:
+    """Places pods on nodes with one profile's plugins. See the module docstring."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        profile: str | Profile = "gang",
+        seed: int = 0,
+        permit_timeout_s: float = 30.0,
+        *,
+        indexed: bool = True,
+    ) -> None:
+        if isinstance(profile, str):
+            if profile not in PROFILES:
+                raise ValueError(f"unknown profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
+            profile = PROFILES[profile]
+        self.profile: Profile = profile  # the plugins in use
+        self._sort = _resolve(profile.queue_sort, "key", "QueueSort")
+        self._pre_filters = [_resolve(n, "pre_filter", "PreFilter") for n in profile.pre_filter]
+        self._filters = [_resolve(n, "filter", "Filter") for n in profile.filter]
+        self._scores = [(_resolve(n, "score", "Score"), weight) for n, weight in profile.score]
+        self._reserves = [_resolve(n, "unreserve", "Reserve") for n in profile.reserve]
+        self._permits = [_resolve(n, "permit", "Permit") for n in profile.permit]
+        self._binder = _resolve(profile.bind, "bind", "Bind")
+        #: True when the bucket index serves Filter and Score (see the module docstring).
+        self.indexed: bool = bool(indexed) and all(hasattr(f, "bucket_filter") for f in self._filters) and all(
+            hasattr(s, "bucket_score") for s, _ in self._scores
+        )
+        self.state = SchedulingState(nodes, permit_timeout_s)  # read it, do not change it
+        self.queue = SchedulingQueue(self._sort.key)
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._reasons: dict[str, str] = {}  # pending pod -> last reason
+        self._bound: dict[str, str] = {}  # bound pod -> node name
+        self._waiting: dict[str, tuple[float, float, str]] = {}  # pod at Permit -> (deadline, timeout, plugin)
+        self._deadlines: list[tuple[float, str]] = []  # (deadline, pod), lazily cleaned
+        self._next_start = 0  # kube's nextStartNodeIndex (per-node path)
+        self._last_now_s: float | None = None
+
+    # ---- what is where ---------------------------------------------------------------------------------------
+
+    @property
+    def bound(self) -> Mapping[str, str]:
+        """Pod -> node, for every bound pod (a snapshot)."""
+        return frozen(self._bound)
+
+    @property
+    def pending(self) -> Mapping[str, str]:
+        """Pod -> its last reason ("Plugin: message", or "queued" before its first attempt) (a snapshot)."""
+        return frozen(self._reasons)
+
+    @property
+    def waiting(self) -> Mapping[str, str]:
+        """Pod waiting at Permit -> the node it holds (a snapshot)."""
+        node_of, names = self.state.node_of, self.state.nodes
+        return frozen({name: names[node_of[name]].name for name in self._waiting})
+
+    # ---- changes ---------------------------------------------------------------------------------------------
+
+    def submit(self, pods: Sequence[Pod], group: PodGroup | None = None) -> None:
+        """Make `pods` pending. `group`, if given, is the group of their job (all pods must be of that job)."""
+        pods = list(pods)
+        state = self.state
+        names = [pod.name for pod in pods]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate pod names in one submit: {sorted({n for n in names if names.count(n) > 1})}")
+        known = sorted(name for name in names if name in state.pods)
+        if known:
+            raise ValueError(f"pods already submitted: {known}")
+        if group is not None:
+            others = sorted({pod.job for pod in pods} - {group.job})
+            if others:
+                raise ValueError(f"group is for job {group.job!r} but pods belong to {others}")
+        job_seq: dict[str, int] = {}
+        for pod in pods:
+            if pod.job not in job_seq and pod.job in state.jobs:
+                job_seq[pod.job] = state.jobs[pod.job].job_seq
+            if job_seq.setdefault(pod.job, pod.job_seq) != pod.job_seq:
+                raise ValueError(f"pod {pod.name}: job_seq {pod.job_seq} differs from job {pod.job}'s {job_seq[pod.job]}")
+        if group is not None and not pods and group.job in state.jobs:
+            state.set_group(group.job, group)
+        for pod in pods:
+            state.add(pod, group)
+            self.queue.add(pod)
+            self._reasons[pod.name] = "queued"
+
+    def delete(self, names: Iterable[str]) -> None:
+        """Forget these pods, pending, waiting or bound, and free their slots. Unknown names are ignored."""
+        state = self.state
+        for name in names:
+            status = state.status.get(name)
+            if status is None:
+                continue
+            self.queue.remove(name)
+            self.queue.forget_attempts(name)
+            self._reasons.pop(name, None)
+            self._waiting.pop(name, None)
+            self._bound.pop(name, None)
+            state.remove(name)
+
+    def schedule(self, now_s: float, max_attempts: int | None = None) -> CycleResult:
+        """Run scheduling cycles until no pod can make progress at `now_s`.
+
+        Order: (1) pods whose backoff has expired by `now_s` become active; (2) one cycle per active pod, in
+        QueueSort order (a pod that fails backs off, so it is tried at most once per call); (3) pods whose
+        Permit deadline is `<= now_s` are rejected with their group, their slots given back, and requeued.
+        Step 3 comes after the cycles because those pods' backoffs expired before `now_s` too: the group gets the
+        cycle it would have had had the caller called at that moment. `max_attempts` caps the cycles.
+        """
+        if self._last_now_s is not None and now_s < self._last_now_s:
+            raise ValueError(f"time went backwards: now_s={now_s} after {self._last_now_s}")
+        self._last_now_s = now_s
+        bound: dict[str, str] = {}
+        rejected: dict[str, str] = {}
+        self.queue.flush(now_s)
+        attempts = 0
+        while max_attempts is None or attempts < max_attempts:
+            name = self.queue.pop()
+            if name is None:
+                break
+            attempts += 1
+            self._cycle(name, now_s, bound, rejected)
+        self._expire(now_s, rejected)
+        return CycleResult(
+            bound=frozen(bound),
+            pending=frozen(self._reasons),
+            waiting=self.waiting,
+            rejected=frozen(rejected),
+            attempts=attempts,
+        )
+
+    # ---- deadlock --------------------------------------------------------------------------------------------
+
+    def deadlock(self, now_s: float) -> Deadlock | None:
+        """A Deadlock when no scheduling can ever make progress without outside help, else None.
+
+        Deadlocked means all of:
+        1. some pods are pending;
+        2. no pod waits at Permit (a waiting pod is allowed or times out, and either is progress);
+        3. no pending pod can be placed now: each fails a PreFilter, or every node fails a Filter (backoff is
+           ignored: it only delays);
+        4. some pods are bound, and no job that holds bound pods has its quorum bound. A job whose quorum is
+           bound can run (the controller runs it with the functions actually placed) and will free its slots.
+        `now_s` is the time of the question; the answer does not depend on it (backoff is ignored).
+        """
+        state = self.state
+        if self._waiting or not self._reasons or not self._bound:
+            return None
+        for ledger in state.jobs.values():
+            if ledger.n_bound and ledger.runnable:
+                return None
+        for name in self._reasons:
+            if self._placeable(state.pods[name]):
+                return None
+        ledgers = sorted(
+            (led for led in state.jobs.values() if led.n_bound or led.n_pending), key=lambda led: (led.job_seq, led.job)
+        )
+        parts = []
+        for led in ledgers:
+            quorum = led.group.quorum_pods
+            toward = quorum - led.group.deficit(led.bound)
+            extra = f" (+{led.n_bound - toward} more)" if led.n_bound > toward else ""
+            parts.append(f"{led.job} {toward}/{quorum} needed pods bound{extra}, short of {led.group.shortfall(led.bound)}")
+        n = len(self._reasons)
+        reason = f"{n} pending pod{'s' if n != 1 else ''} fit nowhere and no job can run: " + "; ".join(parts)
+        return Deadlock(jobs=tuple(led.job for led in ledgers), reason=reason)
+
+    def _placeable(self, pod: Pod) -> bool:
+        state = self.state
+        for plugin in self._pre_filters:
+            if plugin.pre_filter(state, pod) is not None:
+                return False
+        if self.indexed:
+            for (cap, free) in state.bucket_keys:
+                if state.buckets[(cap, free)].items and all(
+                    f.bucket_filter(state, pod, cap, free) is None for f in self._filters
+                ):
+                    return True
+            return False
+        return any(all(f.filter(state, pod, i) is None for f in self._filters) for i in range(len(state.nodes)))
+
+    # ---- one cycle -------------------------------------------------------------------------------------------
+
+    def _cycle(self, name: str, now_s: float, bound: dict[str, str], rejected: dict[str, str]) -> None:
+        state = self.state
+        pod = state.pods[name]
+        for plugin in self._pre_filters:
+            why = plugin.pre_filter(state, pod)
+            if why is not None:
+                self._fail(pod, plugin.name, why, now_s)
+                return
+        node, failure = self._select_indexed(pod) if self.indexed else self._select_per_node(pod)
+        if node is None:
+            self._fail(pod, failure[0], failure[1], now_s)
+            return
+        state.reserve(name, node)
+        del self._reasons[name]
+        for plugin in self._reserves:
+            why = plugin.reserve(state, pod, node)
+            if why is not None:
+                self._reject((name,), f"{plugin.name}: {why}", now_s, rejected)
+                return
+        verdict, plugin_name = self._permit(pod, node)
+        if isinstance(verdict, Reject):
+            self._reject((name,), f"{plugin_name}: {verdict.reason}", now_s, rejected)
+        elif isinstance(verdict, Wait):
+            deadline = now_s + verdict.timeout_s
+            self._waiting[name] = (deadline, verdict.timeout_s, plugin_name)
+            heapq.heappush(self._deadlines, (deadline, name))
+        else:
+            self._bind(name, now_s, bound, rejected)
+            for other in verdict.also:
+                if other in self._waiting:
+                    del self._waiting[other]
+                    self._bind(other, now_s, bound, rejected)
+
+    def _permit(self, pod: Pod, node: int):
+        wait: tuple[Wait, str] | None = None
+        also: list[str] = []
+        for plugin in self._permits:
+            verdict = plugin.permit(self.state, pod, node)
+            if isinstance(verdict, Reject):
+                return verdict, plugin.name
+            if isinstance(verdict, Wait):
+                if wait is None or verdict.timeout_s < wait[0].timeout_s:
+                    wait = (verdict, plugin.name)
+            else:
+                also.extend(verdict.also)
+        if wait is not None:
+            return wait
+        return Allow(tuple(also)), ""
+
+    def _bind(self, name: str, now_s: float, bound: dict[str, str], rejected: dict[str, str]) -> None:
+        state = self.state
+        node = state.node_of[name]
+        why = self._binder.bind(state, state.pods[name], node)
+        if why is not None:
+            self._reject((name,), f"{self._binder.name}: {why}", now_s, rejected)
+            return
+        state.bind(name)
+        self.queue.forget_attempts(name)
+        node_name = state.nodes[node].name
+        self._bound[name] = node_name
+        bound[name] = node_name
+
+    def _fail(self, pod: Pod, plugin: str, why: str, now_s: float) -> None:
+        self._reasons[pod.name] = f"{plugin}: {why}"
+        self.queue.requeue(pod, now_s)
+
+    def _reject(self, names: Sequence[str], reason: str, now_s: float, rejected: dict[str, str]) -> None:
+        """Give back the reservations of `names` and of the pods the Reserve plugins reject with them."""
+        state = self.state
+        todo = list(names)
+        seen = set(todo)
+        i = 0
+        while i < len(todo):
+            pod = state.pods[todo[i]]
+            i += 1
+            for plugin in self._reserves:
+                for other in plugin.unreserve(state, pod):
+                    if other not in seen and state.status.get(other) == RESERVED:
+                        seen.add(other)
+                        todo.append(other)
+        for name in todo:
+            self._waiting.pop(name, None)
+            state.unreserve(name)
+            self._reasons[name] = reason
+            rejected[name] = reason
+            self.queue.requeue(state.pods[name], now_s)
+
+    def _expire(self, now_s: float, rejected: dict[str, str]) -> None:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now_s:
+            deadline, name = heapq.heappop(deadlines)
+            entry = self._waiting.get(name)
+            if entry is None or entry[0] != deadline:
+                continue
+            _, timeout_s, plugin = entry
+            ledger = self.state.jobs[self.state.pods[name].job]
+            held = ledger.held()
+            reason = (
+                f"{plugin}: timed out after {timeout_s:g} s at Permit: job {ledger.job} held "
+                f"{sum(held.values())} of {ledger.group.quorum_pods} pods it needs (short of {ledger.group.shortfall(held)})"
+            )
+            self._reject((name,), reason, now_s, rejected)
+
+    # ---- node selection --------------------------------------------------------------------------------------
+
+    def _no_fit(self, failures: dict[tuple[str, str], int]) -> tuple[str, str]:
+        total = len(self.state.nodes)
+        if not failures:
+            plugin = self._filters[0].name if self._filters else "Filter"
+            return plugin, f"0/{total} nodes are available"
+        plugins = []
+        for plugin, _ in failures:
+            if plugin not in plugins:
+                plugins.append(plugin)
+        detail = ", ".join(f"{count} with {why}" for (_, why), count in failures.items())
+        return "+".join(plugins), f"0/{total} nodes are available: {detail}"
+
+    def _select_indexed(self, pod: Pod):
+        """Exact Filter + Score over all nodes through the (capacity, free) buckets. See the module docstring."""
+        state = self.state
+        buckets = state.buckets
+        feasible: list[tuple[int, int]] = []
+        failures: dict[tuple[str, str], int] = {}
+        for key in state.bucket_keys:
+            bucket = buckets[key]
+            if not bucket.items:
+                continue
+            cap, free = key
+            for plugin in self._filters:
+                why = plugin.bucket_filter(state, pod, cap, free)
+                if why is not None:
+                    failures[(plugin.name, why)] = failures.get((plugin.name, why), 0) + len(bucket.items)
+                    break
+            else:
+                feasible.append(key)
+        if not feasible:
+            return None, self._no_fit(failures)
+
+        # Nodes a score plugin scores differently from their bucket, restricted to feasible buckets.
+        feasible_set = set(feasible)
+        overrides = []
+        special: dict[int, tuple[int, int]] = {}  # node -> its bucket key
+        capacity, free_of = state.capacity, state.free
+        for plugin, _ in self._scores:
+            found = plugin.node_overrides(state, pod) if hasattr(plugin, "node_overrides") else {}
+            overrides.append(found)
+            for node in found:
+                if node not in special:
+                    key = (capacity[node], free_of[node])
+                    if key in feasible_set:
+                        special[node] = key
+        excluded: dict[tuple[int, int], int] = {}
+        for key in special.values():
+            excluded[key] = excluded.get(key, 0) + 1
+
+        # Score classes: each feasible bucket without its special nodes, and each special node alone.
+        classes: list[tuple[object, int]] = []
+        for key in feasible:
+            count = len(buckets[key].items) - excluded.get(key, 0)
+            if count:
+                classes.append((key, count))
+        for node in special:
+            classes.append((node, 1))
+        totals = dict.fromkeys((cid for cid, _ in classes), 0)
+        for (plugin, weight), found in zip(self._scores, overrides):
+            per_bucket: dict[tuple[int, int], int] = {}
+            raw = {}
+            for cid, _ in classes:
+                if type(cid) is tuple:
+                    key = cid
+                else:
+                    if cid in found:
+                        raw[cid] = found[cid]
+                        continue
+                    key = special[cid]
+                value = per_bucket.get(key)
+                if value is None:
+                    value = per_bucket[key] = plugin.bucket_score(state, pod, key[0], key[1])
+                raw[cid] = value
+            for cid, value in plugin.normalize(raw).items():
+                totals[cid] += weight * value
+        best = max(totals.values())
+        best_classes = [(cid, count) for cid, count in classes if totals[cid] == best]
+        how_many = sum(count for _, count in best_classes)
+        pick = self._rng.randrange(how_many) if how_many > 1 else 0
+        for cid, count in best_classes:
+            if pick >= count:
+                pick -= count
+                continue
+            if type(cid) is not tuple:
+                return cid, None
+            bucket = buckets[cid]
+            if excluded.get(cid):
+                skip = sorted(bucket.pos[node] for node, key in special.items() if key == cid)
+                for position in skip:
+                    if position <= pick:
+                        pick += 1
+                    else:
+                        break
+            return bucket.items[pick], None
+        raise AssertionError("unreachable: the pick lies in some class")
+
+    def _select_per_node(self, pod: Pod):
+        """kube's findNodesThatFitPod + prioritizeNodes + selectHost, node by node."""
+        state = self.state
+        total = len(state.nodes)
+        if total == 0:
+            return None, self._no_fit({})
+        want = feasible_nodes_to_find(total)
+        feasible: list[int] = []
+        failures: dict[tuple[str, str], int] = {}
+        start = self._next_start
+        visited = 0
+        for offset in range(total):
+            node = (start + offset) % total
+            visited += 1
+            for plugin in self._filters:
+                why = plugin.filter(state, pod, node)
+                if why is not None:
+                    failures[(plugin.name, why)] = failures.get((plugin.name, why), 0) + 1
+                    break
+            else:
+                feasible.append(node)
+                if len(feasible) >= want:
+                    break
+        self._next_start = (start + visited) % total
+        if not feasible:
+            return None, self._no_fit(failures)
+        if len(feasible) == 1:
+            return feasible[0], None
+        totals = dict.fromkeys(feasible, 0)
+        for plugin, weight in self._scores:
+            raw = {node: plugin.score(state, pod, node) for node in feasible}
+            for node, value in plugin.normalize(raw).items():
+                totals[node] += weight * value
+        best = max(totals.values())
+        best_nodes = [node for node in feasible if totals[node] == best]
+        return best_nodes[self._rng.randrange(len(best_nodes))] if len(best_nodes) > 1 else best_nodes[0], None
+
+    # ---- for tests -------------------------------------------------------------------------------------------
+
+    def best_nodes(self, pod: Pod) -> set[str]:
+        """Every node with the best score for `pod` over all feasible nodes, computed node by node (no RNG use)."""
+        state = self.state
+        feasible = [i for i in range(len(state.nodes)) if all(f.filter(state, pod, i) is None for f in self._filters)]
+        if not feasible:
+            return set()
+        totals = dict.fromkeys(feasible, 0)
+        for plugin, weight in self._scores:
+            raw = {node: plugin.score(state, pod, node) for node in feasible}
+            for node, value in plugin.normalize(raw).items():
+                totals[node] += weight * value
+        best = max(totals.values())
+        return {state.nodes[node].name for node in feasible if totals[node] == best}
+
+
+__all__ = ["Scheduler", "feasible_nodes_to_find"]
