@@ -9,7 +9,7 @@ from pathlib import Path
 
 from coach.cluster import ClusterFileError, load_cluster
 from coach.jobs import JobFileError, load_jobs
-from coach.placement import PLACERS
+from scheduler_fork import PROFILES
 from coach.progress import VIEWS
 
 EXIT_BAD_INPUT = 2
@@ -57,7 +57,11 @@ def cmd_run(args) -> int:
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     from coach.run import run_jobs  # imported here so `coach validate` stays fast
 
-    report = run_jobs(specs, cluster, Path(args.results), view=view, placer=args.placer)
+    if args.placement_timeout <= 0:
+        return _fail([f"--placement-timeout: must be > 0, got {args.placement_timeout:g}"])
+    scheduler = args.scheduler or cluster.scheduler or "gang"
+    report = run_jobs(specs, cluster, Path(args.results), view=view, scheduler=scheduler,
+                      placement_timeout_s=args.placement_timeout)
     print(f"results: {report.run_dir}")
     return report.exit_code
 
@@ -88,6 +92,19 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_bench_scheduler(args) -> int:
+    """Pods placed per second by a scheduler_fork profile on a synthetic cluster."""
+    from scheduler_fork.bench import run_bench
+
+    if args.nodes < 1 or args.pods < 1:
+        return _fail(["--nodes and --pods: must be >= 1"])
+    result = run_bench(args.nodes, args.pods, args.scheduler, seed=args.seed, slots_per_node=args.slots_per_node)
+    print(json.dumps({"scheduler": args.scheduler, "nodes": args.nodes, "pods": args.pods,
+                      "pods_placed": result.pods_placed, "seconds": round(result.seconds, 4),
+                      "pods_per_s": round(result.pods_per_s, 1)}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coach", description="Serverless job handler for distributed DL training")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("files", nargs="+")
     run.add_argument("--cluster", help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
     run.add_argument("--results", default="results", help="folder for run folders (default: results)")
-    run.add_argument("--placer", default="first-fit", choices=sorted(PLACERS))
+    run.add_argument("--scheduler", choices=sorted(PROFILES),
+                     help="scheduler_fork profile placing every function (default: the cluster file's, else gang)")
+    run.add_argument("--placement-timeout", type=float, default=30.0, metavar="S",
+                     help="seconds a job waits for its quorum before it gives its slots back and requeues")
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="print only the results folder")
     shown.add_argument("--plain", action="store_true", help="plain log lines instead of the live table")
@@ -113,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     planner.add_argument("--budget-left", type=float, help="money left (default: budget - last cumulative_cost)")
     planner.add_argument("--cluster", help="cluster file for prices and size (default: the thesis cluster)")
     planner.set_defaults(func=cmd_plan)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="what", required=True)
+    bench_scheduler = bench.add_parser("scheduler", help="pods placed per second by a scheduler profile")
+    bench_scheduler.add_argument("--nodes", type=int, default=7500)
+    bench_scheduler.add_argument("--pods", type=int, default=20000)
+    bench_scheduler.add_argument("--slots-per-node", type=int, default=4)
+    bench_scheduler.add_argument("--scheduler", choices=sorted(PROFILES), default="gang")
+    bench_scheduler.add_argument("--seed", type=int, default=0)
+    bench_scheduler.set_defaults(func=cmd_bench_scheduler)
     return parser
 
 

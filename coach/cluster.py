@@ -1,7 +1,7 @@
 """Cluster files -> ClusterSpec (nodes, slots, prices), and ClusterState (what is placed where).
 
 Both are plain frozen data; `load_cluster` is the only function here that reads a file. Placement decisions
-over this data live in `coach.placement` (and later `scheduler_fork`).
+over this data live in `scheduler_fork`, driven by `coach.slots`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Mapping
 import yaml
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-TOP_FIELDS = {"name", "price_per_slot_s", "nodes"}
+TOP_FIELDS = {"name", "price_per_slot_s", "nodes", "scheduler"}
 NODE_FIELDS = {"name", "slots", "price_per_slot_s"}
 
 
@@ -32,6 +32,7 @@ class ClusterSpec:
     name: str  # label used in logs
     nodes: tuple[NodeSpec, ...]  # in the order the file lists them (first-fit follows it)
     source: str = "(default)"  # the file it came from
+    scheduler: str | None = None  # scheduler_fork profile the file asks for (`coach run --scheduler` overrides)
 
     @property
     def total_slots(self) -> int:
@@ -50,6 +51,7 @@ class ClusterSpec:
         return {
             "name": self.name,
             "source": self.source,
+            "scheduler": self.scheduler,
             "nodes": [{"name": n.name, "slots": n.slots, "price_per_slot_s": n.price_per_slot_s} for n in self.nodes],
         }
 
@@ -152,12 +154,18 @@ def parse_cluster(data, source: str) -> ClusterSpec:
             price = default_price
         if ok and name is not None:
             nodes.append(NodeSpec(name, raw["slots"], float(price)))
+    scheduler = data.get("scheduler")
+    if scheduler is not None:
+        from scheduler_fork import PROFILES
+
+        if scheduler not in PROFILES:
+            errors.append(f"{source}: scheduler: unknown profile {scheduler!r}; known: {', '.join(sorted(PROFILES))}")
     name = data.get("name", Path(source).stem)
     if not isinstance(name, str):
         errors.append(f"{source}: name: expected a string")
     if errors:
         raise ClusterFileError(errors)
-    return ClusterSpec(name=name, nodes=tuple(nodes), source=source)
+    return ClusterSpec(name=name, nodes=tuple(nodes), source=source, scheduler=scheduler)
 
 
 def load_cluster(path: str | Path | None) -> ClusterSpec:

@@ -15,72 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from coach.cluster import ClusterSpec, ClusterState
+from coach.cluster import ClusterSpec
 from coach.epochs import BadReplies, EpochMetrics, aggregate
 from coach.jobs import JobSpec
 from coach.model.cost import epoch_cost, predict_next_epoch_cost
-from coach.placement import Placer
 from coach.planning import CALIBRATION_POINTS, Plan, plan
 from coach.policy.allocation import slots_for
 from coach.platforms.base import Failure, FunctionRef, Platform, Reply
 from coach.policy.stopping import StopInputs, decide, stop_metric
 from coach.progress import JobStatus, QuietView
 from coach.results import EpochRecord, JobOutcome, ResultLog, iso
+from coach.slots import Allocator, has_quorum, role_counts, role_of
 from coach.store import CheckpointStore
 
 INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
-MAX_PLACEMENT_BACKOFF_S = 2.0
+MAX_REQUEUES = 5  # a job that misses its quorum this often stops as unschedulable
+REQUEUE_BACKOFF_S = 1.0  # first wait after giving slots back; doubles per requeue
+MAX_REQUEUE_BACKOFF_S = 30.0
 RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per attempt
 MAX_RETRY_BACKOFF_S = 8.0
-
-
-class Allocator:
-    """The cluster's slots, shared by all job threads: a lock and a condition around pure placement."""
-
-    def __init__(self, spec: ClusterSpec, placer: Placer):
-        self.spec = spec
-        self.placer = placer
-        self._state = ClusterState(spec)
-        self._changed = threading.Condition()
-        self._waiting: dict[str, int] = {}  # job -> slots it is waiting for
-
-    def place(self, names: list[str]) -> Mapping[str, str] | None:
-        with self._changed:
-            placement = self.placer(self._state, names)
-            if placement is not None:
-                self._state = self._state.bind(placement)
-            return placement
-
-    def release(self, names) -> None:
-        with self._changed:
-            self._state = self._state.release(names)
-            self._changed.notify_all()
-
-    def set_waiting(self, job: str, slots: int) -> None:
-        """Record (slots > 0) or clear (0) that `job` waits for slots; growing jobs leave them free."""
-        with self._changed:
-            if slots > 0:
-                self._waiting[job] = slots
-            else:
-                self._waiting.pop(job, None)
-
-    def slots_for_growth(self, job: str, held: int) -> int:
-        """Slots a job may plan with: what is free plus what it holds, minus what other jobs wait for.
-
-        Never below what it already holds up to (1,1)'s three slots, so a running job can always continue.
-        """
-        with self._changed:
-            queued = sum(n for other, n in self._waiting.items() if other != job)
-            return max(self._state.free_slots + held - queued, min(held, 3))
-
-    def wait_for_change(self, timeout_s: float) -> None:
-        with self._changed:
-            self._changed.wait(timeout_s)
-
-    @property
-    def free_slots(self) -> int:
-        with self._changed:
-            return self._state.free_slots
 
 
 @dataclass
@@ -91,9 +44,10 @@ class RunContext:
     run_dir: Path  # where logs, checkpoints and the summary go
     cluster: ClusterSpec  # nodes, slots, prices
     platform: Platform  # where functions run
-    allocator: Allocator  # who holds which slot
+    allocator: Allocator  # who holds which slot (the scheduler_fork profile)
     store: CheckpointStore  # where checkpoints live
     view: QuietView  # progress display
+    placement_timeout_s: float = 30.0  # how long a job waits for its quorum before it is requeued
     stop: threading.Event = field(default_factory=threading.Event)  # set on Ctrl-C / SIGTERM
 
 
@@ -115,10 +69,6 @@ def function_names(job: str, workers: int, servers: int) -> list[str]:
     """Scheduler first, then servers, then workers: the order placement and deployment follow."""
     return ([f"{job}-scheduler-0"] + [f"{job}-server-{i}" for i in range(servers)]
             + [f"{job}-worker-{i}" for i in range(workers)])
-
-
-def role_of(name: str) -> str:
-    return name.rsplit("-", 2)[-2]
 
 
 class JobRunner:
@@ -143,6 +93,8 @@ class JobRunner:
         self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
         self.counts_of_last = (self.workers, self.servers)  # counts of the last recorded epoch
         self.records: list[dict] = []  # this job's log lines, as written (the planner reads them)
+        self.submitted: list[str] = []  # function names with a pod in the scheduler (bound or pending)
+        self.log: ResultLog | None = None  # set by run()
         self.min_gain = min_gain  # threshold of relative gain for one more worker or server
 
     # -- the view -------------------------------------------------------------------------------------------
@@ -157,7 +109,7 @@ class JobRunner:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def run(self) -> JobOutcome:
-        log = ResultLog(self.ctx.run_dir / f"{self.spec.name}.jsonl")
+        log = self.log = ResultLog(self.ctx.run_dir / f"{self.spec.name}.jsonl")
         reason = None
         try:
             reason = self._train(log)
@@ -198,6 +150,7 @@ class JobRunner:
             acquired = self._ensure(workers, servers)
             if isinstance(acquired, str):
                 return self._write_stop(log, acquired, decision)
+            workers, servers = self.workers, self.servers  # what was actually placed
             self._show("training", f"epoch {epoch}")
             result = self._attempts(log, epoch, f"epoch-{epoch:04d}", workers, servers, 1.0, decision)
             if isinstance(result, str):
@@ -221,6 +174,7 @@ class JobRunner:
                     return self._write_stop(log, "budget")
             self._show("calibration", f"step {step}/{len(CALIBRATION_POINTS)} at {workers}/{servers}")
             extra = {"calibration_step": step, "data_fraction": fraction}
+            workers, servers = min(workers, self.workers), min(servers, self.servers)  # what was placed
             result = self._attempts(log, 0, f"calibration-{step}", workers, servers, fraction, extra)
             if isinstance(result, str):
                 return self._write_stop(log, result)
@@ -252,7 +206,7 @@ class JobRunner:
             self._show("retrying", f"attempt {attempt} failed: {result.describe()}")
             if self.ctx.stop.wait(min(RETRY_BACKOFF_S * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S)):
                 return "interrupted"
-            refreshed = self._refresh(function_names(self.spec.name, workers, servers))
+            refreshed = self._refresh(self._epoch_functions(workers, servers))
             if isinstance(refreshed, str):
                 return refreshed
             attempt += 1
@@ -272,37 +226,70 @@ class JobRunner:
                     self.spec.budget - self.cumulative_cost, max(prices), self.min_gain)
 
     def _ensure(self, workers: int, servers: int) -> dict[str, FunctionRef] | str:
-        """Hold exactly the functions of (workers, servers): keep what stays, remove the rest, add what is new.
+        """Ask the scheduler for the functions of (workers, servers); run with what it binds.
 
-        New slots are placed all or nothing (waiting with backoff while the cluster is full). Returns the
-        refs, or a stop reason.
+        Keeps what stays, releases what is no longer wanted, submits pods for what is new, then waits for the
+        job's quorum (scheduler, a server, a worker). The epoch runs with the functions actually bound, and
+        MXNet counts that match them; pods still pending join a later epoch when bound. Returns the refs, or a
+        stop reason.
         """
         wanted = function_names(self.spec.name, workers, servers)
-        surplus = [name for name in self.functions if name not in wanted]
-        for name in surplus:
-            self.ctx.platform.remove(self.functions.pop(name))
-        if surplus:
-            self.ctx.allocator.release(surplus)
-            self.placement = {k: v for k, v in self.placement.items() if k not in surplus}
-        self.workers, self.servers = workers, servers
-        missing = [name for name in wanted if name not in self.functions]
-        if not missing:
-            return self.functions
         total = self.ctx.cluster.total_slots
         if len(wanted) > total:
             return f"unschedulable: needs {len(wanted)} slots, the cluster has {total}"
-        backoff_s = 0.1
-        while (placement := self.ctx.allocator.place(missing)) is None:
+        surplus = [name for name in self.submitted if name not in wanted]
+        for name in surplus:
+            if name in self.functions:
+                self.ctx.platform.remove(self.functions.pop(name))
+            self.placement.pop(name, None)
+        if surplus:
+            self.ctx.allocator.release(surplus)
+            self.submitted = [name for name in self.submitted if name not in surplus]
+        new = [name for name in wanted if name not in self.submitted]
+        self.ctx.allocator.submit(self.spec.name, new)
+        self.submitted += new
+        return self._await_quorum(wanted)
+
+    def _await_quorum(self, wanted: list[str]) -> dict[str, FunctionRef] | str:
+        allocator = self.ctx.allocator
+        deadline = time.monotonic() + self.ctx.placement_timeout_s
+        requeues = 0
+        while True:
+            bound = allocator.poll(self.spec.name)
+            if has_quorum(bound):
+                allocator.set_waiting(self.spec.name, 0)
+                fresh = [name for name in wanted if name in bound and name not in self.functions]
+                self.placement.update({name: bound[name] for name in fresh})
+                deployed = self._deploy(fresh) if fresh else self.functions
+                if isinstance(deployed, str):
+                    return deployed
+                counts = role_counts(self.functions)
+                self.workers, self.servers = counts["worker"], counts["server"]
+                return self.functions
             if self.ctx.stop.is_set():
-                self.ctx.allocator.set_waiting(self.spec.name, 0)
                 return "interrupted"
-            self.ctx.allocator.set_waiting(self.spec.name, len(missing))
-            self._show("waiting", f"needs {len(missing)} slots, {self.ctx.allocator.free_slots} free")
-            self.ctx.allocator.wait_for_change(backoff_s)
-            backoff_s = min(backoff_s * 2, MAX_PLACEMENT_BACKOFF_S)
-        self.ctx.allocator.set_waiting(self.spec.name, 0)
-        self.placement = {**self.placement, **placement}
-        return self._deploy(missing)
+            allocator.set_waiting(self.spec.name, len(wanted) - len(bound))
+            why = allocator.explain(self.spec.name)
+            if time.monotonic() < deadline:
+                self._show("waiting", f"{len(bound)}/{len(wanted)} placed: {why}")
+                allocator.wait_for_change(0.2)
+                continue
+            # no quorum in time: give back what is held so others can run, then queue again after a backoff
+            requeues += 1
+            allocator.release(self.submitted)
+            allocator.set_waiting(self.spec.name, 0)
+            self.submitted, self.placement = [], {}
+            self._write_line(self.log, "requeued", len(self.metrics), None,
+                             {"reason": why, "requeue": requeues, "placed": dict(bound)})
+            if requeues > MAX_REQUEUES:
+                return f"unschedulable: no quorum after {requeues} tries: {why}"
+            backoff_s = min(REQUEUE_BACKOFF_S * 2 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
+            self._show("requeued", f"{why}; retry in {backoff_s:g} s")
+            if self.ctx.stop.wait(backoff_s):
+                return "interrupted"
+            allocator.submit(self.spec.name, wanted)
+            self.submitted = list(wanted)
+            deadline = time.monotonic() + self.ctx.placement_timeout_s
 
     def _deploy(self, names: list[str]) -> dict[str, FunctionRef] | str:
         """Start placed functions and warm the new workers; returns the refs or a stop reason."""
@@ -325,13 +312,14 @@ class JobRunner:
     def _release(self) -> None:
         for ref in self.functions.values():
             self.ctx.platform.remove(ref)
-        self.ctx.allocator.release(self.placement.keys())
-        self.functions, self.placement = {}, {}
+        self.ctx.allocator.release(self.submitted)
+        self.ctx.allocator.set_waiting(self.spec.name, 0)
+        self.functions, self.placement, self.submitted = {}, {}, []
 
     # -- one epoch ------------------------------------------------------------------------------------------
     def _payload(self, epoch: int, workers: int, servers: int, fraction: float, save: str) -> dict:
         spec = self.spec
-        scheduler = self.functions[function_names(spec.name, workers, servers)[0]]
+        scheduler = next(ref for ref in self.functions.values() if ref.role == "scheduler")
         host, port = self.ctx.platform.rendezvous_address(scheduler)
         return {
             "job": spec.name,
@@ -348,10 +336,21 @@ class JobRunner:
             "deadline_s": spec.epoch_timeout_s,
         }
 
+    def _epoch_functions(self, workers: int, servers: int) -> list[str]:
+        """The PS scheduler and the first `servers` servers and `workers` workers among the deployed functions."""
+        deployed = sorted(self.functions, key=lambda n: (role_of(n), int(n.rsplit("-", 1)[1])))
+        pick = {"scheduler": 1, "server": servers, "worker": workers}
+        chosen = []
+        for name in deployed:
+            if pick[role_of(name)] > 0:
+                pick[role_of(name)] -= 1
+                chosen.append(name)
+        return chosen
+
     def _epoch(self, epoch: int, save: str, workers: int, servers: int, fraction: float,
                attempt: int = 1) -> EpochOutcome | Failure:
         """Invoke the scheduler, `servers` servers and `workers` workers together; collect; price the epoch."""
-        used = {name: self.functions[name] for name in function_names(self.spec.name, workers, servers)}
+        used = {name: self.functions[name] for name in self._epoch_functions(workers, servers)}
         placement = {name: self.placement[name] for name in used}
         payload = {**self._payload(epoch, workers, servers, fraction, save), "attempt": attempt}
         start_s, started = time.time(), time.monotonic()

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from coach.cluster import ClusterSpec
-from coach.controller import Allocator, JobRunner, RunContext
+from coach.controller import JobRunner, RunContext
 from coach.jobs import JobSpec
-from coach.placement import PLACERS
 from coach.platforms.base import Platform
 from coach.platforms.local import LocalPlatform
 from coach.progress import VIEWS
+from coach.slots import Allocator
 from coach.results import JobOutcome, new_run_id, summary_dict, write_json_atomic
 from coach.store import CheckpointStore
 
@@ -43,7 +43,7 @@ def exit_code_for(reasons: Sequence[str | None]) -> int:
 
 
 def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path, view: str = "plain",
-             placer: str = "first-fit", run_id: str | None = None,
+             scheduler: str = "gang", run_id: str | None = None, placement_timeout_s: float = 30.0,
              platform_factory: Callable[[Path, str], Platform] | None = None) -> RunReport:
     run_id = run_id or new_run_id()
     run_dir = results_root / run_id
@@ -52,11 +52,12 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
     platform = (platform_factory or (lambda logs, tok: LocalPlatform(logs, tok)))(run_dir / "logs", token)
     started_s = time.time()
     write_json_atomic(run_dir / "run.json", {
-        "run_id": run_id, "command": sys.argv, "placer": placer, "cluster": cluster.to_dict(),
+        "run_id": run_id, "command": sys.argv, "scheduler": scheduler, "placement_timeout_s": placement_timeout_s,
+        "cluster": cluster.to_dict(),
         "jobs": [spec.to_dict() for spec in specs]})
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
     summary_lock = threading.Lock()
-    extra = {"cluster": cluster.name, "placer": placer}
+    extra = {"cluster": cluster.name, "scheduler": scheduler}
 
     def write_summary() -> dict:
         with summary_lock:
@@ -66,8 +67,9 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
 
     with VIEWS[view](run_id) as shown:
         ctx = RunContext(run_id=run_id, run_dir=run_dir, cluster=cluster, platform=platform,
-                         allocator=Allocator(cluster, PLACERS[placer]),
-                         store=CheckpointStore(run_dir / "checkpoints"), view=shown)
+                         allocator=Allocator(cluster, scheduler),
+                         store=CheckpointStore(run_dir / "checkpoints"), view=shown,
+                         placement_timeout_s=placement_timeout_s)
         runners = [JobRunner(spec, ctx, outcomes[spec.name], write_summary) for spec in specs]
         threads = [threading.Thread(target=r.run, name=f"job-{r.spec.name}", daemon=True) for r in runners]
 

@@ -115,3 +115,21 @@ def test_a_model_that_fails_to_load_fails_its_job_only(tmp_path, make_job, marke
     assert read_log(report.run_dir / f"{fine.name}.jsonl")[-1]["stop_reason"] == "max_epochs"
     assert report.exit_code == 1
     assert host_processes(marker) == []
+
+
+def test_a_job_without_its_quorum_gives_its_slots_back_and_requeues_with_the_reason(tmp_path, make_job, marker):
+    one_node = ClusterSpec("one-node", (NodeSpec("solo", slots=4, price_per_slot_s=0.001),))
+    first = make_job(f"{marker}-long", max_epochs=6)
+    second = make_job(f"{marker}-queued", max_epochs=1)
+    report = run_jobs([first, second], one_node, tmp_path / "results", view="quiet", scheduler="default",
+                      placement_timeout_s=0.5)
+
+    queued = read_log(report.run_dir / f"{second.name}.jsonl")
+    requeues = [r for r in queued if r["phase"] == "requeued"]
+    assert requeues, queued
+    assert all(r["reason"].startswith("NodeSlotsFit: ") for r in requeues)  # no free slot, said in the log
+    assert [r["requeue"] for r in requeues] == list(range(1, len(requeues) + 1))
+    assert queued[-1]["stop_reason"] == "max_epochs"  # it ran once the first job released its slots
+    assert read_log(report.run_dir / f"{first.name}.jsonl")[-1]["stop_reason"] == "max_epochs"
+    assert report.summary["scheduler"] == "default"
+    assert report.exit_code == 0

@@ -107,6 +107,7 @@ def test_to_dict_lists_the_nodes_in_order():
     assert DEFAULT_CLUSTER.to_dict() == {
         "name": "thesis-3-nodes",
         "source": "(default)",
+        "scheduler": None,
         "nodes": [{"name": f"node-{i}", "slots": 4, "price_per_slot_s": 0.0001} for i in (1, 2, 3)],
     }
 
@@ -290,3 +291,16 @@ def test_a_released_function_can_be_bound_again():
     state = ClusterState(TWO_NODES).bind({"f1": "b"}).release(["f1"])
 
     assert dict(state.bind({"f1": "b"}).bound) == {"f1": "b"}
+
+
+def test_a_cluster_file_may_name_its_scheduler_profile(tmp_path):
+    cluster = load_cluster(write(tmp_path, "scheduler: gang-strict\nnodes:\n  - {name: a, slots: 4}\n"))
+    assert cluster.scheduler == "gang-strict"
+
+
+def test_an_unknown_scheduler_profile_is_an_error_line(tmp_path):
+    path = write(tmp_path, "scheduler: fifo\nnodes:\n  - {name: a, slots: 4}\n")
+    with pytest.raises(ClusterFileError) as error:
+        load_cluster(path)
+    assert error.value.lines == [
+        f"{path}: scheduler: unknown profile 'fifo'; known: default, gang, gang-strict, gang-thesis"]

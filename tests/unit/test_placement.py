@@ -1,71 +1,85 @@
-"""coach.placement: first-fit places a job's functions in cluster-file order, all or nothing."""
+"""The run's slot allocator: every function placed through a scheduler_fork profile, shared by job threads."""
 
 from __future__ import annotations
 
-from coach.cluster import ClusterSpec, ClusterState, NodeSpec
-from coach.placement import PLACERS, first_fit
+import pytest
 
-# Listed out of alphabetical order on purpose: first-fit follows the file, not the names.
-CLUSTER = ClusterSpec(name="three", nodes=(NodeSpec("n2", 2, 0.1), NodeSpec("n1", 2, 0.1), NodeSpec("n3", 1, 0.1)))
-
-
-def test_first_fit_fills_each_node_before_moving_to_the_next_in_file_order():
-    state = ClusterState(CLUSTER)
-
-    placement = first_fit(state, ["s", "w0", "w1", "w2"])
-
-    assert placement == {"s": "n2", "w0": "n2", "w1": "n1", "w2": "n1"}
-    assert list(placement) == ["s", "w0", "w1", "w2"]
+from coach.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.slots import Allocator, has_quorum, role_counts, role_of
 
 
-def test_first_fit_skips_nodes_that_are_already_full():
-    state = ClusterState(CLUSTER).bind({"other-0": "n2", "other-1": "n2", "other-2": "n1"})
-
-    assert first_fit(state, ["s", "w0"]) == {"s": "n1", "w0": "n3"}
-
-
-def test_a_request_that_uses_every_free_slot_fits():
-    state = ClusterState(CLUSTER)
-
-    placement = first_fit(state, [f"f{i}" for i in range(5)])
-
-    assert placement == {"f0": "n2", "f1": "n2", "f2": "n1", "f3": "n1", "f4": "n3"}
-    assert state.bind(placement).free_slots == 0
+def names(job: str, workers: int, servers: int) -> list[str]:
+    return [f"{job}-scheduler-0"] + [f"{job}-server-{i}" for i in range(servers)] + [
+        f"{job}-worker-{i}" for i in range(workers)]
 
 
-def test_a_request_that_does_not_fit_returns_none_and_places_nothing():
-    state = ClusterState(CLUSTER).bind({"a-0": "n2", "a-1": "n2", "a-2": "n1"})
-    before = dict(state.bound)
+class Clock:
+    def __init__(self):
+        self.now_s = 0.0
 
-    assert first_fit(state, ["s", "w0", "w1"]) is None  # 2 slots free, 3 wanted
-
-    assert dict(state.bound) == before
-    assert (state.free("n2"), state.free("n1"), state.free("n3"), state.free_slots) == (0, 1, 1, 2)
+    def __call__(self) -> float:
+        return self.now_s
 
 
-def test_slots_freed_by_a_release_are_used_again_first_fit():
-    state = ClusterState(CLUSTER).bind(first_fit(ClusterState(CLUSTER), ["a-0", "a-1", "a-2", "a-3", "a-4"]))
-    assert first_fit(state, ["b-0", "b-1"]) is None
-
-    state = state.release(["a-0", "a-3"])  # one slot on n2, one on n1
-
-    assert first_fit(state, ["b-0", "b-1"]) == {"b-0": "n2", "b-1": "n1"}
+def test_function_names_carry_their_role():
+    assert role_of("my-job-worker-3") == "worker"
+    assert role_counts(names("a", 2, 1)) == {"scheduler": 1, "server": 1, "worker": 2}
+    assert has_quorum(names("a", 1, 1))
+    assert not has_quorum(["a-scheduler-0", "a-worker-0"])
 
 
-def test_an_empty_request_places_nothing():
-    assert first_fit(ClusterState(CLUSTER), []) == {}
+def test_a_job_that_fits_is_bound_whole_and_its_release_frees_the_slots():
+    allocator = Allocator(DEFAULT_CLUSTER, "gang", clock=Clock())
+    allocator.submit("a", names("a", 2, 1))
+    bound = allocator.poll("a")
+    assert sorted(bound) == sorted(names("a", 2, 1))
+    assert allocator.free_slots == 8
+    allocator.release(bound)
+    assert allocator.free_slots == 12
 
 
-def test_the_placer_registry_offers_first_fit_by_name():
-    assert PLACERS["first-fit"] is first_fit
+def test_polling_returns_only_the_jobs_own_pods_even_when_names_share_a_prefix():
+    allocator = Allocator(DEFAULT_CLUSTER, "gang", clock=Clock())
+    allocator.submit("a", names("a", 1, 1))
+    allocator.submit("a-b", names("a-b", 1, 1))
+    assert sorted(allocator.poll("a")) == sorted(names("a", 1, 1))
+    assert sorted(allocator.poll("a-b")) == sorted(names("a-b", 1, 1))
+
+
+def test_the_default_profile_deadlocks_on_interleaved_pods_and_says_so():
+    one_node = ClusterSpec("one", (NodeSpec("solo", 4, 0.001),))
+    allocator = Allocator(one_node, "default", clock=Clock())
+    a, b = names("a", 2, 1), names("b", 2, 1)  # each needs 4 of the 4 slots
+    for pod_a, pod_b in zip(a, b):  # pods arrive interleaved, as two controllers create them
+        allocator.submit("a", [pod_a])
+        allocator.submit("b", [pod_b])
+    assert not has_quorum(allocator.poll("a")) and not has_quorum(allocator.poll("b"))
+    assert allocator.explain("a").startswith("deadlock: ")
+    assert "a " in allocator.explain("a") and "b " in allocator.explain("a")
+
+
+@pytest.mark.parametrize("profile", ["gang", "gang-strict"])
+def test_gang_profiles_place_the_first_job_whole_on_the_same_arrival(profile):
+    one_node = ClusterSpec("one", (NodeSpec("solo", 4, 0.001),))
+    allocator = Allocator(one_node, profile, clock=Clock())
+    a, b = names("a", 2, 1), names("b", 2, 1)
+    for pod_a, pod_b in zip(a, b):
+        allocator.submit("a", [pod_a])
+        allocator.submit("b", [pod_b])
+    assert sorted(allocator.poll("a")) == sorted(a)
+    assert allocator.poll("b") == {}
+    assert not allocator.explain("b").startswith("deadlock")
+
+
+def test_an_unknown_profile_is_refused():
+    with pytest.raises(ValueError, match="unknown scheduler profile 'fifo'"):
+        Allocator(DEFAULT_CLUSTER, "fifo")
 
 
 def test_a_growing_job_leaves_the_slots_that_waiting_jobs_need():
-    from coach.cluster import DEFAULT_CLUSTER
-    from coach.controller import Allocator
-
-    allocator = Allocator(DEFAULT_CLUSTER, first_fit)
-    assert allocator.place([f"a-{i}" for i in range(5)]) is not None  # job a holds 5 of 12 slots
+    allocator = Allocator(DEFAULT_CLUSTER, "gang", clock=Clock())
+    allocator.submit("a", names("a", 2, 2))
+    assert len(allocator.poll("a")) == 5  # job a holds 5 of 12 slots
     assert allocator.slots_for_growth("a", held=5) == 12
     allocator.set_waiting("b", 6)
     assert allocator.slots_for_growth("a", held=5) == 6  # 7 free + 5 held - 6 waited for
