@@ -30,7 +30,7 @@ class NodeSpec:
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str  # label used in logs
-    nodes: tuple[NodeSpec, ...]  # in the order the file lists them (first-fit follows it)
+    nodes: tuple[NodeSpec, ...]  # in the order the file lists them
     source: str = "(default)"  # the file it came from
     scheduler: str | None = None  # scheduler_fork profile the file asks for (`coach run --scheduler` overrides)
 

@@ -70,6 +70,7 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
                          allocator=Allocator(cluster, scheduler),
                          store=CheckpointStore(run_dir / "checkpoints"), view=shown,
                          placement_timeout_s=placement_timeout_s)
+        ctx.allocator.register(spec.name for spec in specs)  # submission order is the FIFO order
         runners = [JobRunner(spec, ctx, outcomes[spec.name], write_summary) for spec in specs]
         threads = [threading.Thread(target=r.run, name=f"job-{r.spec.name}", daemon=True) for r in runners]
 

@@ -55,6 +55,12 @@ class Allocator:
     def _now_s(self) -> float:
         return self._clock() - self._started
 
+    def register(self, jobs: Iterable[str]) -> None:
+        """Fix the jobs' creation order (FIFO order for the gang profiles) before their threads race."""
+        with self._changed:
+            for job in jobs:
+                self._job_seq.setdefault(job, next(self._seq))
+
     def submit(self, job: str, names: Iterable[str]) -> None:
         """New pending pods for these function names, arriving in the given order."""
         with self._changed:

@@ -65,17 +65,17 @@ def test_two_jobs_train_concurrently_and_both_finish(tmp_path, make_job, marker)
     assert host_processes(marker) == []
 
 
-def test_a_job_waits_for_slots_when_the_cluster_is_full(tmp_path, make_job, marker):
+def test_with_gang_jobs_that_fit_one_at_a_time_complete_in_submission_order(tmp_path, make_job, marker):
     small = ClusterSpec("one-node", (NodeSpec("solo", slots=4, price_per_slot_s=0.001),))
-    first = make_job(f"{marker}-first", max_epochs=2)
-    second = make_job(f"{marker}-second", max_epochs=2)
-    report = run_jobs([first, second], small, tmp_path / "results", view="quiet")
+    jobs = [make_job(f"{marker}-{i}", max_epochs=2) for i in range(3)]
+    report = run_jobs(jobs, small, tmp_path / "results", view="quiet", scheduler="gang")
 
-    a = read_log(report.run_dir / f"{first.name}.jsonl")
-    b = read_log(report.run_dir / f"{second.name}.jsonl")
-    assert len(a) == len(b) == 2
-    ordered = sorted([a, b], key=lambda r: r[0]["start"])
-    assert ordered[1][0]["start"] >= ordered[0][-1]["end"]  # four slots: one job at a time
+    logs = [read_log(report.run_dir / f"{job.name}.jsonl") for job in jobs]
+    assert all([r["phase"] for r in log] == ["training", "training"] for log in logs)
+    for earlier, later in zip(logs, logs[1:]):  # four slots: one job at a time, first submitted first
+        assert later[0]["start"] >= earlier[-1]["end"]
+    finished = [report.summary["jobs"][job.name]["finished"] for job in jobs]
+    assert finished == sorted(finished)
     assert report.exit_code == 0
 
 

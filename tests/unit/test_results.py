@@ -127,7 +127,7 @@ def test_job_outcome_jct_is_finish_minus_submission_rounded_to_milliseconds():
 def test_summary_has_no_makespan_while_a_job_is_unfinished():
     outcomes = {"a": JobOutcome(submitted_s=1000.0, finished_s=1010.0), "b": JobOutcome(submitted_s=1000.0)}
 
-    summary = summary_dict("run-1", 1000.0, outcomes, {"cluster": "thesis-3-nodes", "placer": "first-fit"})
+    summary = summary_dict("run-1", 1000.0, outcomes, {"cluster": "thesis-3-nodes", "scheduler": "gang"})
 
     assert summary["makespan_s"] is None
     assert summary["ended"] is None
@@ -140,7 +140,7 @@ def test_summary_makespan_runs_from_the_start_to_the_last_finished_job():
     outcomes = {"a": JobOutcome(submitted_s=1000.0, finished_s=1010.0),
                 "b": JobOutcome(submitted_s=1000.0, finished_s=1020.5)}
 
-    summary = summary_dict("run-1", 1000.0, outcomes, {"cluster": "thesis-3-nodes", "placer": "first-fit"})
+    summary = summary_dict("run-1", 1000.0, outcomes, {"cluster": "thesis-3-nodes", "scheduler": "gang"})
 
     assert summary == {
         "run_id": "run-1",
@@ -148,7 +148,7 @@ def test_summary_makespan_runs_from_the_start_to_the_last_finished_job():
         "ended": "1970-01-01T00:17:00.500+00:00",
         "makespan_s": 20.5,
         "cluster": "thesis-3-nodes",
-        "placer": "first-fit",
+        "scheduler": "gang",
         "jobs": {"a": outcomes["a"].to_dict(), "b": outcomes["b"].to_dict()},
     }
     assert (summary["jobs"]["a"]["jct_s"], summary["jobs"]["b"]["jct_s"]) == (10.0, 20.5)
