@@ -307,6 +307,7 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
     else:
         net.initialize(mx.init.Xavier())
         net(mx.nd.array(x[:1]))  # materialise deferred shapes before the kvstore broadcasts them
+        _plain_layout(net)
     loss_fn = module.loss() if callable(getattr(module, "loss", None)) else gluon.loss.SoftmaxCrossEntropyLoss()
     opt_params = dict(hyper.get("optimizer_params") or {})
     opt_params["learning_rate"] = float(hyper["learning_rate"])
@@ -354,6 +355,21 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
     del trainer, net, kv, loss_fn, out, loss, xb, yb
     gc.collect()
     return reply
+
+
+def _plain_layout(net) -> None:
+    """Write every parameter back in MXNet's default layout after an inference-mode call.
+
+    With oneDNN (MXNet 1.9.1), a forward pass outside training rewrites convolution weights in place into a
+    blocked layout that the distributed kvstore cannot push: the first broadcast is silently dropped and the
+    server aborts with "init N first". Negating twice is exact and has no oneDNN kernel, so the output lands
+    in the default layout with the same values.
+    """
+    import mxnet as mx
+
+    for param in net.collect_params().values():
+        data = param.data()
+        mx.nd.negative(mx.nd.negative(data), out=data)
 
 
 def _validate(net, loss_fn, x_val, y_val, batch_size: int) -> dict:
