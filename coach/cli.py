@@ -142,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_scheduler.add_argument("--scheduler", choices=sorted(PROFILES), default="gang")
     bench_scheduler.add_argument("--seed", type=int, default=0)
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
+
+    from coach.analysis_cli import add_commands
+
+    add_commands(sub)
     return parser
 
 
