@@ -53,6 +53,20 @@ def _inputs(job_files, cluster_file):
 
 
 def cmd_run(args) -> int:
+    view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
+    if args.resume:
+        if args.files:
+            return _fail(["--resume: give the run folder only, not job files (its manifest has the jobs)"])
+        from coach.run import ResumeError, resume_run
+
+        try:
+            report = resume_run(Path(args.resume), view=view)
+        except ResumeError as error:
+            return _fail([str(error)])
+        print(f"results: {report.run_dir}")
+        return report.exit_code
+    if not args.files:
+        return _fail(["coach run: give job files, or --resume RUN_DIR"])
     specs, cluster = _inputs(args.files, args.cluster)
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     from coach.run import run_jobs  # imported here so `coach validate` stays fast
@@ -114,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     run = sub.add_parser("run", help="train every job concurrently on the embedded platform")
-    run.add_argument("files", nargs="+")
+    run.add_argument("files", nargs="*")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue the unfinished jobs of a run from their last epoch and checkpoint")
     run.add_argument("--cluster", help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
     run.add_argument("--results", default="results", help="folder for run folders (default: results)")
     run.add_argument("--scheduler", choices=sorted(PROFILES),

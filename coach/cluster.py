@@ -47,6 +47,13 @@ class ClusterSpec:
     def price_of(self, node_name: str) -> float:
         return self.node(node_name).price_per_slot_s
 
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "ClusterSpec":
+        """The inverse of to_dict, for a run's manifest."""
+        nodes = tuple(NodeSpec(n["name"], int(n["slots"]), float(n["price_per_slot_s"])) for n in data["nodes"])
+        return cls(name=data["name"], nodes=nodes, source=data.get("source", "(manifest)"),
+                   scheduler=data.get("scheduler"))
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

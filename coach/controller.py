@@ -97,6 +97,24 @@ class JobRunner:
         self.log: ResultLog | None = None  # set by run()
         self.min_gain = min_gain  # threshold of relative gain for one more worker or server
 
+    def adopt(self, records: list[dict]) -> None:
+        """Continue from a log written by an earlier controller: its epochs, costs and newest checkpoint."""
+        for r in records:
+            self.records.append(r)
+            if r.get("phase") in ("calibration", "training"):
+                self.costs.append(float(r["cost"]))
+                self.counts_of_last = (int(r["workers"]), int(r["servers"]))
+                if r.get("checkpoint"):
+                    self.checkpoint = r["checkpoint"]
+            if r.get("phase") == "training":
+                self.metrics.append(stop_metric(r["loss"], r.get("val_loss")))
+                self.outcome.epochs = int(r["epoch"])
+                self.outcome.final_loss, self.outcome.final_val_loss = r["loss"], r.get("val_loss")
+        if records:
+            self.cumulative_cost = float(records[-1]["cumulative_cost"])
+        if self.checkpoint and not self.ctx.store.complete(self.checkpoint):
+            raise ValueError(f"checkpoint {self.checkpoint} of job {self.spec.name} is missing or incomplete")
+
     # -- the view -------------------------------------------------------------------------------------------
     def _show(self, phase: str | None = None, message: str | None = None) -> None:
         self.phase = phase or self.phase
@@ -133,7 +151,7 @@ class JobRunner:
             reason = self._calibrate(log)
             if reason:
                 return reason
-        epoch = 0
+        epoch = len(self.metrics)  # epochs an earlier controller finished, when resuming
         while True:
             epoch += 1
             if self.ctx.stop.is_set():
@@ -162,10 +180,15 @@ class JobRunner:
     def _calibrate(self, log: ResultLog) -> str | None:
         """Four mini-epochs at (1,1), (1,2), (2,1), (2,2) on a slice of the data; they train for real too."""
         fraction = self.spec.calibration_fraction
+        if sum(1 for r in self.records if r.get("phase") == "calibration") >= len(CALIBRATION_POINTS):
+            return None
         acquired = self._ensure(*CALIBRATION_POINTS[-1])  # every point uses a subset of these functions
         if isinstance(acquired, str):
             return self._write_stop(log, acquired)
+        done = sum(1 for r in self.records if r.get("phase") == "calibration")  # when resuming
         for step, (workers, servers) in enumerate(CALIBRATION_POINTS, start=1):
+            if step <= done:
+                continue
             if self.ctx.stop.is_set():
                 return self._write_stop(log, "interrupted")
             if self.costs:  # the last step's cost, scaled by the slots this step uses
@@ -416,7 +439,7 @@ class JobRunner:
             epoch_time_s=round(result.epoch_time_s, 4), compute_s=round(metrics.compute_s, 4),
             start=iso(result.start_s), end=iso(result.end_s), cost=result.cost,
             cumulative_cost=self.cumulative_cost, budget=spec.budget, stop_reason=reason, attempt=result.attempt,
-            extra=dict(extra))
+            checkpoint=result.checkpoint, extra=dict(extra))
         log.append(record)
         self.records.append(json.loads(record.to_json()))
         if phase == "training":

@@ -126,6 +126,15 @@ class JobSpec:
         """True when the job fixes both the worker and the server count."""
         return self.workers is not None and self.servers is not None
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """The inverse of to_dict, for a run's manifest (already validated when the run started)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["source"], values["model_path"] = Path(values["source"]), Path(values["model_path"])
+        values["optimizer_params"] = dict(values.get("optimizer_params") or {})
+        return cls(**values)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable copy (paths as str, optimizer_params as a new dict)."""
         out: dict[str, Any] = {}

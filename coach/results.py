@@ -51,7 +51,8 @@ class EpochRecord:
     cumulative_cost: float  # cost of all epochs of the job so far
     budget: float  # the job's budget
     stop_reason: str | None = None  # set on the job's last line only
-    attempt: int = 1  # which try of this epoch succeeded (retries come with failure handling)
+    attempt: int = 1  # which try of this epoch succeeded (or failed, on a "retry" line)
+    checkpoint: str | None = None  # prefix of the checkpoint this epoch saved (`coach run --resume` starts there)
     extra: Mapping[str, Any] = field(default_factory=dict)  # decision details added by later phases
 
     def to_json(self) -> str:
@@ -113,6 +114,20 @@ def read_log_checked(path: Path) -> list[dict]:
             raise LogFileError(f"{path}: (line {number}): expected a JSON object")
         records.append(record)
     return records
+
+
+def drop_torn_tail(path: Path) -> bool:
+    """Cut a last line that a killed writer left without its newline, so appending starts on a fresh line.
+
+    Every complete record ends in a newline (it is written and fsynced in one go); a tail without one was
+    never a record. Returns True when something was cut.
+    """
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if not data or data.endswith(b"\n"):
+            return False
+        handle.truncate(data.rfind(b"\n") + 1)
+        return True
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -63,3 +63,49 @@ def test_kill_9_of_the_controller_takes_every_function_with_it(tmp_path, make_jo
     # the log written so far stays readable line by line
     log = next(results.glob(f"*/{job.name}.jsonl"))
     assert all(json.loads(line)["job"] == job.name for line in log.read_text().splitlines())
+
+
+def test_a_run_killed_with_kill_9_resumes_with_continuous_logs(tmp_path, make_job, marker):
+    from coach.results import read_log
+    from coach.run import resume_run
+
+    short = make_job(f"{marker}-short", max_epochs=1)
+    long = make_job(f"{marker}-long", max_epochs=12)
+    job_files = [short.source, long.source]
+    results = tmp_path / "results"
+    results.mkdir()
+    with open(tmp_path / "coach-run.out", "w") as out:
+        run = subprocess.Popen([sys.executable, "-m", "coach.cli", "run", *map(str, job_files), "--plain",
+                                "--results", str(results)], stdout=out, stderr=subprocess.STDOUT)
+
+    def trained(job) -> int:
+        logs = list(results.glob(f"*/{job.name}.jsonl"))
+        return logs[0].read_text().count('"phase": "training"') if logs else 0
+
+    try:
+        assert wait_until(lambda: trained(short) == 1 and trained(long) >= 3, 120)
+        run.kill()
+        run.wait(timeout=10)
+    finally:
+        run.kill()
+    assert wait_until(lambda: host_processes(marker) == [], 15)
+    run_dir = next(results.iterdir())
+    short_log_before = (run_dir / f"{short.name}.jsonl").read_bytes()
+    killed_at = trained(long)
+    assert killed_at < 12
+
+    report = resume_run(run_dir, view="quiet")
+
+    assert (run_dir / f"{short.name}.jsonl").read_bytes() == short_log_before  # finished: untouched
+    records = read_log(run_dir / f"{long.name}.jsonl")
+    epochs = [r["epoch"] for r in records if r["phase"] == "training"]
+    assert epochs == list(range(1, 13))  # no epoch twice, none missing
+    cumulative = [r["cumulative_cost"] for r in records]
+    assert cumulative == sorted(cumulative)  # carried on, never restarted
+    assert abs(cumulative[-1] - sum(r["cost"] for r in records)) < 1e-9
+    assert records[-1]["stop_reason"] == "max_epochs"
+    assert all(r["run_id"] == run_dir.name for r in records)
+    assert report.summary["jobs"][short.name]["stop_reason"] == "max_epochs"
+    assert report.summary["jobs"][long.name]["epochs"] == 12
+    assert report.exit_code == 0
+    assert host_processes(marker) == []

@@ -152,3 +152,14 @@ def test_run_refuses_a_bad_job_file_before_reading_the_cluster(folder, capsys, n
     assert out.err == (f"{job}: optimizer: unknown optimizer 'sgdd', allowed: adadelta, adagrad, adam, nag, "
                        "rmsprop, sgd (did you mean 'sgd'?)\n")
     assert not results.exists()
+
+
+def test_resuming_a_folder_that_is_not_a_run_is_one_line_and_exit_2(folder, capsys):
+    assert main(["run", "--resume", str(folder)]) == 2
+    out = capsys.readouterr()
+    assert out.err == f"{folder / 'run.json'}: (file): No such file or directory\n"
+
+
+def test_resume_takes_no_job_files(folder, capsys):
+    assert main(["run", "x.yaml", "--resume", str(folder)]) == 2
+    assert "--resume: give the run folder only" in capsys.readouterr().err

@@ -33,7 +33,7 @@ RECORD_AS_JSON = {
     "placement": {"lenet-scheduler-0": "node-1", "lenet-worker-0": "node-1"}, "loss": 0.5, "val_loss": 0.4,
     "accuracy": 0.875, "train_accuracy": 0.75, "samples": 4000, "epoch_time_s": 12.5, "compute_s": 10.25,
     "start": "2024-01-01T12:00:00.000+00:00", "end": "2024-01-01T12:00:12.500+00:00", "cost": 0.0125,
-    "cumulative_cost": 0.0125, "budget": 0.5, "stop_reason": None, "attempt": 1,
+    "cumulative_cost": 0.0125, "budget": 0.5, "stop_reason": None, "attempt": 1, "checkpoint": None,
 }
 
 
@@ -196,3 +196,13 @@ def test_write_json_atomic_refuses_what_json_cannot_hold_and_keeps_the_old_file(
         write_json_atomic(path, {"v": object()})
 
     assert json.loads(path.read_text(encoding="utf-8")) == {"v": 1}
+
+
+def test_a_torn_last_line_is_cut_before_a_resumed_run_appends(tmp_path):
+    from coach.results import drop_torn_tail
+
+    log = tmp_path / "job.jsonl"
+    log.write_text('{"epoch": 1}\n{"epoch": 2, "lo')
+    assert drop_torn_tail(log) is True
+    assert log.read_text() == '{"epoch": 1}\n'
+    assert drop_torn_tail(log) is False  # a whole log is left alone
