@@ -245,8 +245,8 @@ def run_bare(model: str | Path = DEFAULT_MODEL, workers: int = 2, servers: int =
         own_tmp.cleanup()
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job every benchmark here trains, the same flags and defaults for Coach and for the bare run."""
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model file with build_model()/load_data()")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--servers", type=int, default=1)
@@ -255,6 +255,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_job_arguments(parser)
     parser.add_argument("--timeout", type=float, default=900.0, help="total seconds before every child is killed")
     parser.add_argument("--role", choices=("scheduler", "server", "worker"), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)

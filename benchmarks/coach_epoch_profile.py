@@ -240,21 +240,14 @@ def main(argv=None) -> int:
         argv = sys.argv[1:]
     if argv and argv[0] == "--host":
         return host_main(argv[1:])
-    from bare_dist_sync import DEFAULT_MODEL
+    from bare_dist_sync import add_job_arguments
     from coach.cluster import DEFAULT_CLUSTER
     from coach.jobs import load_job
     from coach.run import run_jobs
     from epoch_overhead import CpuMeter, job_yaml, wait_until_quiet
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--servers", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=0)
+    add_job_arguments(parser)
     parser.add_argument("--what-if", default="", help=f"comma-separated emulated changes: {', '.join(WHAT_IFS)}")
     parser.add_argument("--epoch-timeout", type=float, default=300.0, help="Coach's per-epoch deadline (s)")
     parser.add_argument("--coach-timeout", type=float, default=1800.0, help="total deadline of the Coach run (s)")

@@ -45,7 +45,7 @@ for entry in (str(REPO), str(BENCH)):
         sys.path.insert(0, entry)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
-from bare_dist_sync import DEFAULT_MODEL, run_bare  # noqa: E402
+from bare_dist_sync import add_job_arguments, run_bare  # noqa: E402
 from coach.cluster import DEFAULT_CLUSTER  # noqa: E402
 from coach.jobs import load_job  # noqa: E402
 from coach.platforms.base import Reply  # noqa: E402
@@ -216,14 +216,7 @@ def _report_side(label: str, result: dict, cpu: dict) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), help="model file (build_model/load_data)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--servers", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=0)
+    add_job_arguments(parser)
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternate coach and bare this many times; medians pool every round's epochs")
     parser.add_argument("--quiet-wait", type=float, default=180.0,
