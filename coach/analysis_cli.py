@@ -1,7 +1,214 @@
-"""`coach experiment`, `coach compare` and `coach report`: the analysis commands (wired into coach.cli)."""
+"""`coach experiment`, `coach compare` and `coach report`: the analysis commands (wired into coach.cli).
+
+This module only parses arguments, reads and writes files and prints; the statistics are in coach.analysis, the
+matrix and the selections in coach.experiment, the figures in coach.plots. Bad input prints one
+`WHERE: FIELD: what is wrong` line per problem on stderr and exits with 2, before anything is written.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(lines: list[str]) -> int:
+    for line in lines:
+        print(line, file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _console():
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=140)
+
+
+def _num(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+def cmd_experiment(args) -> int:
+    from coach.experiment import ALLOCATIONS, MatrixFileError, cells, load_matrix, run_experiment
+
+    if args.repeat is not None and args.repeat < 1:
+        return _fail([f"--repeat: must be >= 1, got {args.repeat}"])
+    try:
+        matrix = load_matrix(args.matrix)
+    except MatrixFileError as error:
+        return _fail(error.lines)
+    if args.dry_run:
+        plan = cells(matrix)
+        repeat = args.repeat or matrix.repeat
+        print(f"{args.matrix}: ok: {len(plan)} cells x {repeat} repeat(s) = {len(plan) * repeat} runs on "
+              f"{matrix.cluster.name} ({matrix.cluster.total_slots} slots)")
+        for cell in plan:
+            counts = ALLOCATIONS[cell.allocation](matrix)
+            shown = f" ({counts['workers']} workers, {counts['servers']} servers)" if counts else ""
+            print(f"  {cell.cell_id}: {cell.jobs} x {cell.model}, {cell.allocation}{shown}, scheduler {cell.scheduler}")
+        return 0
+    report = run_experiment(matrix, Path(args.results), repeat=args.repeat)
+    print(f"experiment: {report.experiment_dir}")
+    return report.exit_code
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def _side_json(selection, stats: dict) -> dict:
+    sources = [{"run": run.label, "run_dir": str(run.run_dir), "cell": dict(run.cell) if run.cell else None}
+               for run in selection.runs]
+    return {"argument": selection.argument, "label": selection.label, **stats, "sources": sources}
+
+
+def compare_selections(a, b, test: str, out_dir: Path) -> dict:
+    """Statistics, plots and compare.json for two selections; returns what compare.json holds."""
+    from coach import analysis, plots
+    from coach.results import write_json_atomic
+
+    result = analysis.compare([(r.label, r.summary) for r in a.runs], [(r.label, r.summary) for r in b.runs], test)
+    labels = (f"A: {a.label}", f"B: {b.label}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sides = (result["a"], result["b"])
+    plot_files = {
+        "jct_box": plots.jct_boxplot([(label, [s["jct_s"] for s in side["samples"]])
+                                      for label, side in zip(labels, sides)], out_dir / "jct_box.png"),
+        "epoch_time": plots.epoch_time_plot(
+            [(label, [record for run in sel.runs for records in run.logs.values() for record in records])
+             for label, sel in zip(labels, (a, b))], out_dir / "epoch_time.png"),
+        "runtime_bars": plots.runtime_bars(
+            [(label, [(f"{s['run']}/{s['job']}", s["jct_s"]) for s in side["samples"]])
+             for label, side in zip(labels, sides)], out_dir / "runtime_bars.png"),
+    }
+    data = {
+        "a": _side_json(a, result["a"]),
+        "b": _side_json(b, result["b"]),
+        "test": result["test"],
+        "difference_a_minus_b": result["difference_a_minus_b"],
+        "plots": {key: path.name for key, path in plot_files.items()},
+    }
+    write_json_atomic(out_dir / "compare.json", data)
+    return data
+
+
+def print_comparison(data: dict) -> None:
+    from rich.table import Table
+
+    from coach.analysis import DESCRIBE_COLUMNS
+
+    console = _console()
+    names = [f"A: {data['a']['label']}", f"B: {data['b']['label']}"]
+    table = Table(title="Job completion time (s)")
+    table.add_column("side")
+    for column in DESCRIBE_COLUMNS:
+        table.add_column(column, justify="right")
+    for name, side in zip(names, (data["a"], data["b"])):
+        row = side["jct_s"]
+        table.add_row(name, str(row["count"]), *(_num(row[c]) for c in DESCRIBE_COLUMNS[1:]))
+    console.print(table)
+
+    runs = Table(title="Per run, mean over runs (s)")
+    for column in ("side", "runs", "first job done", "last job done", "makespan", "jobs ended by"):
+        runs.add_column(column, justify="left" if column in ("side", "jobs ended by") else "right")
+    for name, side in zip(names, (data["a"], data["b"])):
+        endings = ", ".join(f"{reason} {count}" for reason, count in side["stop_reasons"].items())
+        runs.add_row(name, str(side["runs"]), _num(side["first_job_done_s"]), _num(side["last_job_done_s"]),
+                     _num(side["makespan_s"]), endings)
+    console.print(runs)
+
+    test = data["test"]
+    effects = ", ".join(f"{key} = {_num(value)}" for key, value in test["effect_sizes"].items())
+    if test["p_value"] is None:
+        console.print(f"{test['title']}: not computed: {test['reason']}; {effects}", highlight=False)
+    else:
+        console.print(f"{test['title']}: {test['statistic_name']} = {test['statistic']:.4f}, "
+                      f"p = {test['p_value']:.4g}; {effects}; mean JCT A - B = "
+                      f"{_num(data['difference_a_minus_b']['mean_jct_s'])} s", highlight=False)
+    for side_name, side in zip(("A", "B"), (data["a"], data["b"])):
+        for job in side["excluded_jobs"]:
+            console.print(f"{side_name}: left out {job['run']}/{job['job']}: {job['reason']}", highlight=False)
+
+
+def cmd_compare(args) -> int:
+    from coach.experiment import SelectionError, select_runs
+    from coach.results import new_run_id
+
+    selections = []
+    for argument in (args.a, args.b):
+        try:
+            selections.append(select_runs(argument))
+        except SelectionError as error:
+            return _fail([str(error)])
+    a, b = selections
+    out_dir = Path(args.out) if args.out else a.base_dir / f"compare-{new_run_id()}"
+    data = compare_selections(a, b, args.test, out_dir)
+    print_comparison(data)
+    print(f"compare: {out_dir / 'compare.json'}")
+    print("plots: " + ", ".join(str(out_dir / name) for name in data["plots"].values()))
+    return 0
+
+
+# --------------------------------------------------------------------------- report
+
+
+def write_report(run, out_dir: Path) -> list[Path]:
+    """A run's loss, allocation and cost plots; returns the files written."""
+    from coach import plots
+
+    started = run.summary["started"]
+    budgets = {job: outcome.get("budget") for job, outcome in run.summary["jobs"].items()}
+    return [
+        plots.loss_plot(run.logs, out_dir / "loss.png"),
+        plots.allocation_plot(run.logs, started, out_dir / "allocation.png"),
+        plots.cost_plot(run.logs, budgets, started, out_dir / "cost.png"),
+    ]
+
+
+def cmd_report(args) -> int:
+    from coach.experiment import SUMMARY, SelectionError, read_run
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / SUMMARY).is_file():
+        return _fail([f"{args.run_dir}: (argument): not a run folder (no {SUMMARY})"])
+    try:
+        run = read_run(run_dir, args.run_dir)
+    except SelectionError as error:
+        return _fail([str(error)])
+    out_dir = Path(args.out) if args.out else run_dir / "report"
+    for path in write_report(run, out_dir):
+        print(f"plot: {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------- wiring
 
 
 def add_commands(sub) -> None:
     """Add the analysis sub-commands to the `coach` parser's subparsers."""
+    from coach.analysis import DEFAULT_TEST, TESTS
+
+    experiment = sub.add_parser("experiment", help="run a matrix of runs (model x jobs x allocation x scheduler)")
+    experiment.add_argument("matrix", help="matrix file (see coach/experiment.py or the README)")
+    experiment.add_argument("--repeat", type=int, metavar="N", help="runs per cell (default: the matrix's repeat)")
+    experiment.add_argument("--results", default="results",
+                            help="folder for results; the experiment goes to DIR/experiments/<id>/ (default: results)")
+    experiment.add_argument("--dry-run", action="store_true", help="validate and list the cells; run nothing")
+    experiment.set_defaults(func=cmd_experiment)
+
+    compare = sub.add_parser("compare", help="test whether two runs, experiments or groups of cells differ in JCT")
+    compare.add_argument("a", metavar="A", help="RUN_DIR, EXPERIMENT_DIR, EXPERIMENT_DIR/CELL or EXPERIMENT_DIR:KEY=VALUE[,...]")
+    compare.add_argument("b", metavar="B", help="the same forms as A")
+    compare.add_argument("--test", choices=sorted(TESTS), default=DEFAULT_TEST, help=f"default: {DEFAULT_TEST}")
+    compare.add_argument("--out", metavar="DIR",
+                         help="folder for compare.json and the plots (default: compare-<stamp>/ in A's experiment "
+                              "folder, or beside A's run folder)")
+    compare.set_defaults(func=cmd_compare)
+
+    report = sub.add_parser("report", help="plot a run's loss, workers/servers and cost against budget")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+    report.add_argument("--out", metavar="DIR", help="folder for the PNGs (default: RUN_DIR/report)")
+    report.set_defaults(func=cmd_report)

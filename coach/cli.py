@@ -10,7 +10,6 @@ from pathlib import Path
 from coach.cluster import ClusterFileError, load_cluster
 from coach.jobs import JobFileError, load_jobs
 from scheduler_fork import PROFILES
-from coach.progress import VIEWS
 
 EXIT_BAD_INPUT = 2
 

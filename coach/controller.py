@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 from coach.cluster import ClusterSpec
 from coach.epochs import BadReplies, EpochMetrics, aggregate
+from coach.invocation import invoke_together
 from coach.jobs import JobSpec
 from coach.model.cost import epoch_cost, predict_next_epoch_cost
 from coach.planning import CALIBRATION_POINTS, Plan, plan
 from coach.policy.allocation import slots_for
-from coach.platforms.base import Failure, FunctionRef, Platform, Reply
+from coach.platforms.base import Failure, FunctionRef, Platform
 from coach.policy.stopping import StopInputs, decide, stop_metric
 from coach.progress import JobStatus, QuietView
 from coach.results import EpochRecord, JobOutcome, ResultLog, iso
@@ -81,7 +82,7 @@ class JobRunner:
         self.outcome = outcome
         self.on_finish = on_finish
         self.functions: dict[str, FunctionRef] = {}
-        self.placement: Mapping[str, str] = {}
+        self.placement: dict[str, str] = {}  # function -> node, for the deployed functions
         self.checkpoint: str | None = None
         self.metrics: list[float] = []
         self.costs: list[float] = []
@@ -324,10 +325,8 @@ class JobRunner:
         new_workers = [r for r in results if isinstance(r, FunctionRef) and r.role == "worker"]
         if not failures and new_workers:  # load the model and its data now, not inside the first timed epoch
             warm = {"action": "warm", "model": {"path": str(self.spec.model_path)}}
-            with ThreadPoolExecutor(len(new_workers)) as pool:
-                replies = pool.map(lambda ref: self.ctx.platform.invoke(ref, warm, self.spec.epoch_timeout_s),
-                                   new_workers)
-                failures = [r for r in replies if isinstance(r, Failure)]
+            warmed = invoke_together(self.ctx.platform, new_workers, lambda ref: warm, self.spec.epoch_timeout_s)
+            failures = [warmed.failure] if warmed.failure else []
         if failures:
             return "interrupted" if self.ctx.stop.is_set() else f"failed: {failures[0].describe()}"
         return self.functions
@@ -376,22 +375,10 @@ class JobRunner:
         used = {name: self.functions[name] for name in self._epoch_functions(workers, servers)}
         placement = {name: self.placement[name] for name in used}
         payload = {**self._payload(epoch, workers, servers, fraction, save), "attempt": attempt}
-        start_s, started = time.time(), time.monotonic()
-        replies: dict[str, Reply] = {}
-        failure: Failure | None = None
-        timeout_s = self.spec.epoch_timeout_s + INVOKE_GRACE_S
-        with ThreadPoolExecutor(len(used)) as pool:
-            futures = [pool.submit(self.ctx.platform.invoke, ref, {**payload, "role": ref.role}, timeout_s)
-                       for ref in used.values()]
-            for future in as_completed(futures):
-                result = future.result()
-                if isinstance(result, Reply):
-                    replies[result.function] = result
-                elif failure is None:
-                    failure = result
-                    for ref in used.values():  # the others would wait for it until their deadline
-                        self.ctx.platform.cancel(ref)
-        epoch_time_s = time.monotonic() - started
+        start_s = time.time()
+        together = invoke_together(self.ctx.platform, list(used.values()), lambda ref: {**payload, "role": ref.role},
+                                   self.spec.epoch_timeout_s + INVOKE_GRACE_S)
+        replies, failure, epoch_time_s = together.replies, together.failure, together.wall_s
         prices = {n.name: n.price_per_slot_s for n in self.ctx.cluster.nodes}
         durations = {name: reply.duration_s for name, reply in replies.items()}
         if failure is not None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["OPTIMIZERS", "JobFileError", "JobSpec", "load_job", "load_jobs"]
+__all__ = ["OPTIMIZERS", "JOB_FIELDS", "JobFileError", "JobSpec", "YamlLoader", "load_job", "load_jobs"]
 
 #: MXNet optimizer names a job may use (``mx.optimizer.create(name, ...)``).
 OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagrad", "adadelta"})
@@ -550,3 +550,9 @@ def _load_one(path: str | Path) -> _Result:
         max_retries=merged["max_retries"],
     )
     return _Result([], spec=spec, name=name)
+
+
+#: Every field a job file may have (matrix files of `coach experiment` reuse it).
+JOB_FIELDS: tuple[str, ...] = _KNOWN
+#: The YAML dialect of job files: safe, with YAML 1.2 floats such as `1e-3`.
+YamlLoader = _Loader

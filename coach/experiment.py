@@ -1,0 +1,597 @@
+"""Experiments: a matrix of runs (model x concurrent jobs x allocation x scheduler), and selecting runs from them.
+
+Why: one run says little about a scheduler. The thesis compared its gang scheduler with the default one over a
+matrix of runs; `coach experiment` runs such a matrix, cell by cell, and `coach compare` tests two groups of
+its runs against each other.
+
+Matrix file (YAML; paths are relative to the matrix file; unknown fields are errors)::
+
+    name: gang-vs-default            # experiment name, letters/digits/._- (default: the file's stem)
+    description: free text           # optional
+    models:                          # model name -> model file, or a mapping with `model:` and job fields
+      lenet: ../models/lenet.py      #   that override the template below for this model only
+      resnet18:
+        model: ../models/resnet18.py
+        optimizer: adam
+        learning_rate: 0.0003
+    jobs: [1, 2, 3]                  # concurrent jobs per run (required)
+    allocation: [static, dynamic]    # default [static]; static = every job gets `static`'s counts,
+    static: {workers: 2, servers: 2} #   dynamic = Coach calibrates and chooses; default (2, 2) as in the thesis
+    schedulers: [gang, default]      # scheduler_fork profiles (default [gang])
+    repeat: 1                        # runs per cell (`coach experiment --repeat N` overrides)
+    cluster: ../clusters/thesis.yaml # optional cluster file (default: the thesis cluster)
+    placement_timeout_s: 30          # optional, as `coach run --placement-timeout`
+    # the job template: any job-file field except name, model, workers and servers
+    batch_size: 64
+    optimizer: sgd
+    learning_rate: 0.05
+    target_loss: 0.15
+    max_epochs: 10
+    budget: 0.5
+
+Every combination is a *cell*, named `<model>-j<jobs>-<allocation>-<scheduler>` (e.g. `lenet-j2-static-gang`).
+A cell's run trains jobs `<model>-1` ... `<model>-<jobs>` concurrently; job i has seed `seed + i - 1`, so the
+same job meets every scheduler. Cells run one after another (each run is concurrent inside), and repetitions
+are interleaved (every cell once, then every cell again) so slow drift of the machine spreads over all cells.
+
+Layout (`coach experiment --results DIR`, default `results`)::
+
+    DIR/experiments/<name>-<stamp>/manifest.json          the matrix, every cell, its runs and exit codes
+    DIR/experiments/<name>-<stamp>/<cell>/jobs/*.yaml     the generated job files
+    DIR/experiments/<name>-<stamp>/<cell>/<run-id>/...    what `coach run` writes (summary.json, logs, ...)
+
+Selections (`coach compare A B`), each argument one of::
+
+    RUN_DIR                               one run (a folder with summary.json)
+    EXPERIMENT_DIR                        every run of the experiment (a folder with manifest.json)
+    EXPERIMENT_DIR/CELL                   every run of one cell
+    EXPERIMENT_DIR:KEY=VALUE[,KEY=VALUE]  the runs of the cells matching every condition; KEY is one of
+                                          cell, model, jobs, allocation, scheduler; VALUE may list
+                                          alternatives with '|' (quote it in a shell): `scheduler=gang|gang-strict`
+
+Side effects: `load_matrix` reads the matrix, model and cluster files (and writes job files to a temporary
+folder to validate them with coach.jobs). `run_experiment` writes the experiment folder and starts runs.
+`select_runs` only reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from coach.cluster import DEFAULT_CLUSTER, ClusterFileError, ClusterSpec, load_cluster
+from coach.jobs import JOB_FIELDS, YamlLoader  # the job-file format and YAML dialect belong to coach.jobs
+from coach.jobs import JobFileError, JobSpec, load_jobs
+from coach.results import LogFileError, iso, new_run_id, read_log_checked, write_json_atomic
+
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+EXIT_INTERRUPTED = 130
+
+#: How each allocation turns into job fields. Static jobs get the matrix's `static` counts; dynamic jobs get none.
+ALLOCATIONS: dict[str, Callable[["Matrix"], dict[str, int]]] = {
+    "static": lambda matrix: {"workers": matrix.static_workers, "servers": matrix.static_servers},
+    "dynamic": lambda matrix: {},
+}
+
+#: Job fields the matrix sets itself, so the template may not.
+MATRIX_OWNED_JOB_FIELDS = ("name", "model", "workers", "servers")
+TEMPLATE_FIELDS: tuple[str, ...] = tuple(f for f in JOB_FIELDS if f not in MATRIX_OWNED_JOB_FIELDS)
+MATRIX_FIELDS: tuple[str, ...] = ("name", "description", "models", "jobs", "allocation", "static", "schedulers",
+                                  "repeat", "cluster", "placement_timeout_s")
+DEFAULTS: dict[str, Any] = {"allocation": ["static"], "schedulers": ["gang"], "repeat": 1,
+                            "static": {"workers": 2, "servers": 2}, "placement_timeout_s": 30.0}
+SELECTOR_KEYS: tuple[str, ...] = ("cell", "model", "jobs", "allocation", "scheduler")
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,47}")  # room for `-<stamp>` and `-<i>` suffixes
+
+
+class MatrixFileError(Exception):
+    """An invalid matrix file; `lines` are `FILE: FIELD: what is wrong`, one per problem."""
+
+    def __init__(self, lines: Sequence[str]):
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+class SelectionError(Exception):
+    """A `coach compare` argument that selects nothing usable; the message is one line naming the argument."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str  # model name, used in cell ids and job names
+    model_path: Path  # absolute path of the model file
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # job fields for this model only
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A validated matrix file."""
+
+    name: str  # experiment name
+    source: Path  # absolute path of the matrix file
+    models: tuple[ModelEntry, ...]  # in file order
+    jobs: tuple[int, ...]  # concurrent jobs per run
+    allocation: tuple[str, ...]  # keys of ALLOCATIONS
+    schedulers: tuple[str, ...]  # scheduler_fork profile names
+    repeat: int  # runs per cell
+    static_workers: int  # counts of static jobs
+    static_servers: int
+    cluster: ClusterSpec  # where every run places its functions
+    placement_timeout_s: float  # as `coach run --placement-timeout`
+    template: Mapping[str, Any]  # job fields shared by every model
+    raw: Mapping[str, Any]  # the file's mapping as read, for the manifest
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of the matrix."""
+
+    cell_id: str  # `<model>-j<jobs>-<allocation>-<scheduler>`, a folder name
+    model: str  # ModelEntry.name
+    jobs: int  # concurrent jobs per run
+    allocation: str  # key of ALLOCATIONS
+    scheduler: str  # scheduler_fork profile
+
+    def params(self) -> dict[str, Any]:
+        return {"cell": self.cell_id, "model": self.model, "jobs": self.jobs, "allocation": self.allocation,
+                "scheduler": self.scheduler}
+
+
+# --------------------------------------------------------------------------- pure: cells and job files
+
+
+def cells(matrix: Matrix) -> list[Cell]:
+    """Every cell, models outermost, then jobs, allocation and scheduler."""
+    return [Cell(f"{m.name}-j{n}-{a}-{s}", m.name, n, a, s)
+            for m in matrix.models for n in matrix.jobs for a in matrix.allocation for s in matrix.schedulers]
+
+
+def job_documents(matrix: Matrix, cell: Cell) -> list[dict[str, Any]]:
+    """The job files of one cell's run, as YAML-ready mappings: `<model>-1` ... `<model>-<jobs>`."""
+    entry = next(m for m in matrix.models if m.name == cell.model)
+    base = {**matrix.template, **entry.overrides}
+    seed = int(base.get("seed", 0))
+    return [{"name": f"{entry.name}-{i}", "model": str(entry.model_path), **base, "seed": seed + i - 1,
+             **ALLOCATIONS[cell.allocation](matrix)} for i in range(1, cell.jobs + 1)]
+
+
+# --------------------------------------------------------------------------- reading the matrix file
+
+
+def _unknown(key: Any, known: Sequence[str]) -> str:
+    hint = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    return "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+
+
+def _int_list(value: Any, key: str, minimum: int, problem: Callable[[str, str], None]) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not value:
+        problem(key, f"expected a non-empty list of integers, got {value!r}")
+        return None
+    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
+    if bad:
+        problem(key, f"expected integers >= {minimum}, got {bad[0]!r}")
+        return None
+    if len(set(value)) != len(value):
+        problem(key, f"duplicate values in {value!r}")
+        return None
+    return tuple(value)
+
+
+def _name_list(value: Any, key: str, allowed: Sequence[str], problem) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        problem(key, f"expected a non-empty list, one or more of {', '.join(allowed)}; got {value!r}")
+        return None
+    for item in value:
+        if item not in allowed:
+            hint = difflib.get_close_matches(str(item), allowed, n=1)
+            problem(key, f"unknown {key.rstrip('s')} {item!r}; known: {', '.join(allowed)}"
+                         + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+            return None
+    if len(set(value)) != len(value):
+        problem(key, f"duplicate values in {value!r}")
+        return None
+    return tuple(value)
+
+
+def _read_yaml(path: Path, shown: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixFileError([f"{shown}: (file): file not found"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise MatrixFileError([f"{shown}: (file): cannot read: {getattr(error, 'strerror', None) or error}"]) from None
+    try:
+        return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise MatrixFileError([f"{shown}: (file): invalid YAML{where}"]) from None
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    """Read and validate a matrix file; raise MatrixFileError with every problem, one line each."""
+    from scheduler_fork import PROFILES
+
+    shown = str(path)
+    source = Path(os.path.abspath(path))
+    data = _read_yaml(source, shown)
+    if not isinstance(data, dict):
+        raise MatrixFileError([f"{shown}: (file): expected a mapping of matrix fields, got {type(data).__name__}"])
+    lines: list[str] = []
+
+    def problem(key: str, message: str) -> None:
+        lines.append(f"{shown}: {key}: {message}")
+
+    known = MATRIX_FIELDS + TEMPLATE_FIELDS
+    for key in data:
+        if key in MATRIX_OWNED_JOB_FIELDS and key != "name":
+            problem(str(key), "set by the matrix (models, allocation, static), not allowed in the template")
+        elif key not in known:
+            problem(str(key), _unknown(key, known))
+    for key in ("models", "jobs"):
+        if key not in data:
+            problem(key, "required field missing")
+    values = {**DEFAULTS, **data}
+
+    name = values.get("name", source.stem)
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        problem("name", f"must be 1-48 characters from letters, digits, '.', '_', '-', got {name!r}")
+    if not isinstance(values.get("description", ""), str):
+        problem("description", "expected a string")
+    jobs = _int_list(values["jobs"], "jobs", 1, problem) if "jobs" in data else None
+    allocation = _name_list(values["allocation"], "allocation", list(ALLOCATIONS), problem)
+    schedulers = _name_list(values["schedulers"], "schedulers", sorted(PROFILES), problem)
+    repeat = values["repeat"]
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        problem("repeat", f"expected an integer >= 1, got {repeat!r}")
+    timeout = values["placement_timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        problem("placement_timeout_s", f"expected a number > 0, got {timeout!r}")
+
+    static = values["static"]
+    static_counts = (2, 2)
+    if not isinstance(static, dict):
+        problem("static", f"expected a mapping with workers and servers, got {static!r}")
+    else:
+        for key in static:
+            if key not in ("workers", "servers"):
+                problem(f"static.{key}", _unknown(key, ("workers", "servers")))
+        counts = [static.get(k, DEFAULTS["static"][k]) for k in ("workers", "servers")]
+        for key, count in zip(("workers", "servers"), counts):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                problem(f"static.{key}", f"expected an integer >= 1, got {count!r}")
+        static_counts = tuple(counts)
+
+    cluster = DEFAULT_CLUSTER
+    if data.get("cluster") is not None:
+        if not isinstance(data["cluster"], str):
+            problem("cluster", f"expected the path of a cluster file, got {data['cluster']!r}")
+        else:
+            cluster_path = source.parent / data["cluster"]
+            if not cluster_path.is_file():
+                problem("cluster", f"file not found: {os.path.abspath(cluster_path)}")
+            else:
+                try:
+                    cluster = load_cluster(cluster_path)
+                except ClusterFileError as error:
+                    lines.extend(error.lines)
+
+    models = _models(data.get("models"), source, problem) if "models" in data else []
+    template = {k: v for k, v in data.items() if k in TEMPLATE_FIELDS}
+    if lines:
+        raise MatrixFileError(lines)
+    matrix = Matrix(name=name, source=source, models=tuple(models), jobs=jobs, allocation=allocation,
+                    schedulers=schedulers, repeat=repeat, static_workers=static_counts[0],
+                    static_servers=static_counts[1], cluster=cluster, placement_timeout_s=float(timeout),
+                    template=template, raw=data)
+    lines = _check_job_fields(matrix, shown)
+    if lines:
+        raise MatrixFileError(lines)
+    return matrix
+
+
+def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
+    if not isinstance(value, dict) or not value:
+        problem("models", f"expected a mapping of model name to model file, got {value!r}")
+        return []
+    entries = []
+    for name, item in value.items():
+        key = f"models.{name}"
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            problem(key, "model names must be 1-48 characters from letters, digits, '.', '_', '-'")
+            continue
+        overrides: dict[str, Any] = {}
+        if isinstance(item, dict):
+            where = f"{key}.model"
+            for field_name in item:
+                if field_name == "model":
+                    continue
+                if field_name in MATRIX_OWNED_JOB_FIELDS:
+                    problem(f"{key}.{field_name}", "set by the matrix, not allowed here")
+                elif field_name not in TEMPLATE_FIELDS:
+                    problem(f"{key}.{field_name}", _unknown(field_name, TEMPLATE_FIELDS + ("model",)))
+                else:
+                    overrides[field_name] = item[field_name]
+            if "model" not in item:
+                problem(where, "required field missing")
+                continue
+            item = item["model"]
+        else:
+            where = key
+        if not isinstance(item, str) or not item.strip():
+            problem(where, f"expected the path of a model file, got {item!r}")
+            continue
+        model_path = Path(os.path.abspath(source.parent / item))
+        if not model_path.is_file():
+            problem(where, f"file not found: {model_path}")
+            continue
+        entries.append(ModelEntry(name, model_path, overrides))
+    return entries
+
+
+def _check_job_fields(matrix: Matrix, shown: str) -> list[str]:
+    """Validate the generated job files with coach.jobs, and report problems against the matrix's fields."""
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="coach-matrix-") as folder:
+        for entry in matrix.models:
+            for allocation in matrix.allocation:
+                cell = Cell("check", entry.name, 1, allocation, matrix.schedulers[0])
+                path = Path(folder) / f"{entry.name}-{allocation}.yaml"
+                path.write_text(yaml.safe_dump(job_documents(matrix, cell)[0], sort_keys=False))
+                try:
+                    load_jobs([path])
+                except JobFileError as error:
+                    for line in error.lines:
+                        text = line.removeprefix(f"{path}: ")
+                        key, _, message = text.partition(": ")
+                        top = key.split(".")[0]
+                        if top in entry.overrides:
+                            key = f"models.{entry.name}.{key}"
+                        elif top == "model":
+                            key = f"models.{entry.name}"
+                        elif top in ("workers", "servers") and allocation == "static":
+                            key = f"static.{key}"
+                        if message == "required field missing":
+                            message += f" (give it at the top level or under models.{entry.name})"
+                        out = f"{shown}: {key}: {message}"
+                        if out not in lines:
+                            lines.append(out)
+    return lines
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class ExperimentReport:
+    """What `run_experiment` left behind, and how it ended."""
+
+    experiment_id: str  # folder name under <results>/experiments/
+    experiment_dir: Path  # the folder the experiment wrote
+    manifest: dict  # what manifest.json holds
+    exit_code: int  # 0 every run ended normally, 1 a run had a failed job, 130 interrupted
+
+
+def _exit_code(codes: Sequence[int]) -> int:
+    if EXIT_INTERRUPTED in codes:
+        return EXIT_INTERRUPTED
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+def _jct_text(summary: Mapping) -> str:
+    jobs = summary.get("jobs", {})
+    jcts = [job["jct_s"] for job in jobs.values() if job.get("jct_s") is not None]
+    reasons: dict[str, int] = {}
+    for job in jobs.values():
+        reasons[str(job.get("stop_reason"))] = reasons.get(str(job.get("stop_reason")), 0) + 1
+    mean = f"{sum(jcts) / len(jcts):.1f} s" if jcts else "-"
+    ends = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+    makespan = summary.get("makespan_s")
+    return f"makespan {'-' if makespan is None else f'{makespan:.1f} s'}, mean JCT {mean} ({ends})"
+
+
+def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None,
+                   say: Callable[[str], None] = lambda line: print(line, flush=True),
+                   runner: Callable[..., Any] | None = None) -> ExperimentReport:
+    """Run every cell `repeat` times (default: the matrix's), sequentially; keep manifest.json current.
+
+    `runner` is `coach.run.run_jobs` unless a test passes another with the same keyword arguments.
+    """
+    if runner is None:
+        from coach.run import run_jobs as runner  # imported here so validation stays fast
+    repeat = matrix.repeat if repeat is None else repeat
+    experiment_id = f"{matrix.name}-{new_run_id()}"
+    experiment_dir = Path(results_root) / "experiments" / experiment_id
+    experiment_dir.mkdir(parents=True, exist_ok=False)
+    plan = cells(matrix)
+    manifest: dict[str, Any] = {
+        "experiment_id": experiment_id, "name": matrix.name, "matrix_file": str(matrix.source),
+        "matrix": matrix.raw, "repeat": repeat, "cluster": matrix.cluster.to_dict(),
+        "placement_timeout_s": matrix.placement_timeout_s, "started": iso(time.time()), "ended": None,
+        "exit_code": None, "interrupted": False, "cells": [],
+    }
+    entries: dict[str, dict] = {}
+    specs: dict[str, list[JobSpec]] = {}
+    for cell in plan:
+        jobs_dir = experiment_dir / cell.cell_id / "jobs"
+        jobs_dir.mkdir(parents=True)
+        paths = []
+        for document in job_documents(matrix, cell):
+            path = jobs_dir / f"{document['name']}.yaml"
+            path.write_text(yaml.safe_dump(document, sort_keys=False))
+            paths.append(path)
+        specs[cell.cell_id] = load_jobs(paths)
+        counts = ALLOCATIONS[cell.allocation](matrix)
+        entries[cell.cell_id] = {**cell.params(), "workers": counts.get("workers"), "servers": counts.get("servers"),
+                                 "job_files": [str(p.relative_to(experiment_dir)) for p in paths], "runs": []}
+        manifest["cells"].append(entries[cell.cell_id])
+    write_json_atomic(experiment_dir / MANIFEST, manifest)
+
+    total = len(plan) * repeat
+    say(f"experiment {experiment_id}: {len(plan)} cells x {repeat} repeat(s) = {total} runs -> {experiment_dir}")
+    codes: list[int] = []
+    step = 0
+    finished = False  # False while an unexpected error propagates: the manifest then has no exit code
+    try:
+        for repetition in range(1, repeat + 1):
+            for cell in plan:
+                step += 1
+                head = f"[{step}/{total}] {cell.cell_id}" + (f" (repeat {repetition}/{repeat})" if repeat > 1 else "")
+                say(f"{time.strftime('%H:%M:%S')} {head}: started")
+                began_s = time.monotonic()
+                report = runner(specs[cell.cell_id], matrix.cluster, experiment_dir / cell.cell_id, view="quiet",
+                                scheduler=cell.scheduler, placement_timeout_s=matrix.placement_timeout_s)
+                wall_s = time.monotonic() - began_s
+                codes.append(report.exit_code)
+                entries[cell.cell_id]["runs"].append({
+                    "repetition": repetition, "run_id": report.run_id,
+                    "run_dir": str(Path(report.run_dir).resolve().relative_to(experiment_dir.resolve())),
+                    "exit_code": report.exit_code, "makespan_s": report.summary.get("makespan_s"),
+                    "wall_s": round(wall_s, 3)})
+                write_json_atomic(experiment_dir / MANIFEST, manifest)
+                say(f"{time.strftime('%H:%M:%S')} {head}: exit {report.exit_code} after {wall_s:.1f} s, "
+                    f"{_jct_text(report.summary)}")
+                if report.exit_code == EXIT_INTERRUPTED:
+                    raise KeyboardInterrupt
+        finished = True
+    except KeyboardInterrupt:  # Ctrl-C between runs, or a run that was interrupted
+        codes.append(EXIT_INTERRUPTED)
+        manifest["interrupted"] = True
+        recorded = sum(len(entry["runs"]) for entry in entries.values())
+        say(f"experiment {experiment_id}: interrupted; {recorded} of {total} runs recorded")
+        finished = True
+    finally:
+        manifest["ended"] = iso(time.time())
+        manifest["exit_code"] = _exit_code(codes) if finished else None
+        write_json_atomic(experiment_dir / MANIFEST, manifest)
+    return ExperimentReport(experiment_id, experiment_dir, manifest, manifest["exit_code"])
+
+
+# --------------------------------------------------------------------------- selecting runs (for compare)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run as compare sees it."""
+
+    label: str  # short name: `<cell>#<repetition>` for experiment runs, else the run id
+    run_dir: Path  # the run's folder
+    summary: Mapping[str, Any]  # summary.json
+    logs: Mapping[str, list[dict]]  # job name -> its log records ({} for a job without a log)
+    cell: Mapping[str, Any] | None  # the cell's parameters when the run belongs to an experiment
+
+
+@dataclass(frozen=True)
+class Selection:
+    argument: str  # as the user gave it
+    label: str  # short name for tables and plots
+    base_dir: Path  # experiment folder, or the run folder's parent: where compare writes by default
+    runs: tuple[RunData, ...]  # at least one
+
+
+def _read_json(path: Path, argument: str) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SelectionError(f"{argument}: {path.name}: file not found: {path}") from None
+    except OSError as error:
+        raise SelectionError(f"{argument}: {path.name}: cannot read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise SelectionError(f"{argument}: {path.name}: not JSON: {error}") from None
+
+
+def read_run(run_dir: Path, argument: str, label: str | None = None, cell: Mapping | None = None) -> RunData:
+    """A run folder's summary.json and job logs; every problem is a one-line SelectionError."""
+    summary = _read_json(run_dir / SUMMARY, argument)
+    if not isinstance(summary, dict) or not isinstance(summary.get("jobs"), dict) or "started" not in summary:
+        raise SelectionError(f"{argument}: {SUMMARY}: expected a run summary with 'started' and 'jobs' in {run_dir}")
+    logs = {}
+    for job in summary["jobs"]:
+        path = run_dir / f"{job}.jsonl"
+        try:
+            logs[job] = read_log_checked(path) if path.exists() else []
+        except LogFileError as error:
+            raise SelectionError(f"{argument}: {error}") from None
+    return RunData(label or run_dir.name, run_dir, summary, logs, cell)
+
+
+def _experiment_runs(experiment_dir: Path, argument: str, keep: Callable[[dict], bool]) -> list[RunData]:
+    manifest = _read_json(experiment_dir / MANIFEST, argument)
+    runs = []
+    for cell in manifest.get("cells", []):
+        if not keep(cell):
+            continue
+        params = {key: cell.get(key) for key in SELECTOR_KEYS}
+        for run in cell.get("runs", []):
+            runs.append(read_run(experiment_dir / run["run_dir"], argument,
+                                 label=f"{cell['cell']}#{run.get('repetition', 1)}", cell=params))
+    return runs
+
+
+def parse_selector(text: str, argument: str) -> dict[str, set[str]]:
+    """`scheduler=gang,jobs=1|2` -> {"scheduler": {"gang"}, "jobs": {"1", "2"}}."""
+    conditions: dict[str, set[str]] = {}
+    for part in text.split(","):
+        key, equals, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not equals or not key or not value:
+            raise SelectionError(f"{argument}: (selector): expected KEY=VALUE[,KEY=VALUE...], got {part!r}")
+        if key not in SELECTOR_KEYS:
+            raise SelectionError(f"{argument}: {key}: unknown selector key; known: {', '.join(SELECTOR_KEYS)}")
+        conditions.setdefault(key, set()).update(v.strip() for v in value.split("|"))
+    return conditions
+
+
+def select_runs(argument: str) -> Selection:
+    """Resolve one `coach compare` argument (see the module docstring) to its runs."""
+    path = Path(argument)
+    if path.is_dir():
+        if (path / SUMMARY).is_file():
+            return Selection(argument, path.name, path.parent, (read_run(path, argument),))
+        if (path / MANIFEST).is_file():
+            runs = _experiment_runs(path, argument, lambda cell: True)
+            return _selection(argument, path.name, path, runs)
+        if (path.parent / MANIFEST).is_file():
+            runs = _experiment_runs(path.parent, argument, lambda cell: cell.get("cell") == path.name)
+            return _selection(argument, path.name, path.parent, runs)
+        raise SelectionError(f"{argument}: (argument): not a run folder ({SUMMARY}), an experiment folder "
+                             f"({MANIFEST}) or a cell of one")
+    head, colon, selector = argument.rpartition(":")
+    experiment_dir = Path(head)
+    if not colon or not (experiment_dir / MANIFEST).is_file():
+        if colon and "=" in selector:
+            raise SelectionError(f"{argument}: (argument): {head} is not an experiment folder (no {MANIFEST})")
+        raise SelectionError(f"{argument}: (argument): no such folder")
+    conditions = parse_selector(selector, argument)
+    manifest = _read_json(experiment_dir / MANIFEST, argument)
+    for key, wanted in conditions.items():
+        present = sorted({str(cell.get(key)) for cell in manifest.get("cells", [])})
+        missing = sorted(wanted - set(present))
+        if missing:
+            raise SelectionError(f"{argument}: {key}: no cell has {key} {'|'.join(missing)}; "
+                                 f"present: {', '.join(present)}")
+
+    def keep(cell: dict) -> bool:
+        return all(str(cell.get(key)) in wanted for key, wanted in conditions.items())
+
+    return _selection(argument, selector, experiment_dir, _experiment_runs(experiment_dir, argument, keep))
+
+
+def _selection(argument: str, label: str, base_dir: Path, runs: list[RunData]) -> Selection:
+    if not runs:
+        raise SelectionError(f"{argument}: (argument): selects no finished run")
+    return Selection(argument, label, base_dir, tuple(runs))
