@@ -96,6 +96,7 @@ class JobRunner:
         self.records: list[dict] = []  # this job's log lines, as written (the planner reads them)
         self.submitted: list[str] = []  # function names with a pod in the scheduler (bound or pending)
         self.log: ResultLog | None = None  # set by run()
+        self.queued = threading.Event()  # set once its first pods are submitted (or it ended): FIFO start order
         self.min_gain = min_gain  # threshold of relative gain for one more worker or server
 
     def adopt(self, records: list[dict]) -> None:
@@ -136,6 +137,7 @@ class JobRunner:
             reason = f"failed: internal error: {type(error).__name__}: {error}"
             self._write_stop(log, reason)
         finally:
+            self.queued.set()
             self._release()
             log.close()
             self.outcome.finished_s = time.time()
@@ -272,6 +274,7 @@ class JobRunner:
         new = [name for name in wanted if name not in self.submitted]
         self.ctx.allocator.submit(self.spec.name, new)
         self.submitted += new
+        self.queued.set()
         return self._await_quorum(wanted)
 
     def _await_quorum(self, wanted: list[str]) -> dict[str, FunctionRef] | str:

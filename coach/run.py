@@ -160,8 +160,10 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
         try:
             write_summary()
-            for thread in threads:
+            for runner, thread in zip(runners, threads):
                 thread.start()
+                while not runner.queued.wait(0.2):  # pods reach the scheduler in submission order (FIFO)
+                    pass
             for thread in threads:
                 while thread.is_alive():
                     thread.join(0.2)
