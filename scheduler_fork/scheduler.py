@@ -483,11 +483,7 @@ class Scheduler:
             return None, self._no_fit(failures)
         if len(feasible) == 1:
             return feasible[0], None
-        totals = dict.fromkeys(feasible, 0)
-        for plugin, weight in self._scores:
-            raw = {node: plugin.score(state, pod, node) for node in feasible}
-            for node, value in plugin.normalize(raw).items():
-                totals[node] += weight * value
+        totals = self._totals(state, pod, feasible)
         best = max(totals.values())
         best_nodes = [node for node in feasible if totals[node] == best]
         return best_nodes[self._rng.randrange(len(best_nodes))] if len(best_nodes) > 1 else best_nodes[0], None
@@ -500,13 +496,18 @@ class Scheduler:
         feasible = [i for i in range(len(state.nodes)) if all(f.filter(state, pod, i) is None for f in self._filters)]
         if not feasible:
             return set()
+        totals = self._totals(state, pod, feasible)
+        best = max(totals.values())
+        return {state.nodes[node].name for node in feasible if totals[node] == best}
+
+    def _totals(self, state, pod: Pod, feasible) -> dict:
+        """Score + NormalizeScore of every plugin, weighted and summed per feasible node."""
         totals = dict.fromkeys(feasible, 0)
         for plugin, weight in self._scores:
             raw = {node: plugin.score(state, pod, node) for node in feasible}
             for node, value in plugin.normalize(raw).items():
                 totals[node] += weight * value
-        best = max(totals.values())
-        return {state.nodes[node].name for node in feasible if totals[node] == best}
+        return totals
 
 
 __all__ = ["Scheduler", "feasible_nodes_to_find"]
