@@ -44,6 +44,16 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
+def _finish_per_epoch(figure, ax, path, ylabel: str, title: str):
+    """Labels, integer epoch ticks, legend, and the PNG, for every plot against the epoch number."""
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    _legend(ax)
+    return _save(figure, path)
+
+
 def _legend(ax) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
@@ -87,12 +97,7 @@ def epoch_time_plot(sides: Sequence[tuple[str, Sequence[Mapping]]], path: Path) 
         ax.plot([e for e, _ in means], [s for _, s in means], "-", color=f"C{i}", label=f"{label} (mean)")
     if not drawn:
         _nothing(ax, "no training epochs")
-    ax.set_xlabel("epoch")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("epoch time (s)")
-    ax.set_title("Time per epoch")
-    _legend(ax)
-    return _save(figure, path)
+    return _finish_per_epoch(figure, ax, path, "epoch time (s)", "Time per epoch")
 
 
 def runtime_bars(sides: Sequence[tuple[str, Sequence[tuple[str, float]]]], path: Path) -> Path:
@@ -138,12 +143,7 @@ def loss_plot(logs: Mapping[str, Sequence[Mapping]], path: Path) -> Path:
         ax.set_yscale("log")  # losses fall by decades; plain numbers on the axis, not 10^x
         ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
         ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
-    ax.set_xlabel("epoch")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("loss")
-    ax.set_title("Loss per epoch")
-    _legend(ax)
-    return _save(figure, path)
+    return _finish_per_epoch(figure, ax, path, "loss", "Loss per epoch")
 
 
 def _epoch_records(records: Sequence[Mapping]) -> list[Mapping]:

@@ -199,10 +199,7 @@ class SchedulingState:
         pod = self.pods[name]
         self._expect(name, RESERVED)
         self.status[name] = BOUND
-        ledger = self.jobs[pod.job]
-        ledger.n_reserved -= 1
-        ledger.reserved[pod.role] -= 1
-        ledger.reserved_names.discard(name)
+        ledger = self._leave_reserved(name, pod)
         ledger.n_bound += 1
         ledger.bound[pod.role] += 1
         self._touch(ledger)
@@ -213,12 +210,17 @@ class SchedulingState:
         self._expect(name, RESERVED)
         self._give(self.node_of.pop(name), pod)
         self.status[name] = PENDING
+        ledger = self._leave_reserved(name, pod)
+        ledger.n_pending += 1
+        self._touch(ledger)
+
+    def _leave_reserved(self, name: str, pod):
+        """The job's ledger, with `name` taken off its reserved pods (before it is bound or unreserved)."""
         ledger = self.jobs[pod.job]
         ledger.n_reserved -= 1
         ledger.reserved[pod.role] -= 1
         ledger.reserved_names.discard(name)
-        ledger.n_pending += 1
-        self._touch(ledger)
+        return ledger
 
     def remove(self, name: str) -> None:
         """Forget a pod in any status, giving back its slots; a job with no pods left is forgotten too."""
