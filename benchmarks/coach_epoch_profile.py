@@ -194,7 +194,7 @@ def host_main(argv) -> int:
 
 def make_platform_class():
     import coach.platforms.local as local_module
-    from coach.platforms.base import Reply
+    from coach.domain.invocation import Reply
     from coach.platforms.local import LocalPlatform
 
     class PopenShim:
@@ -241,9 +241,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "--host":
         return host_main(argv[1:])
     from bare_dist_sync import add_job_arguments
-    from coach.cluster import DEFAULT_CLUSTER
-    from coach.jobs import load_job
-    from coach.run import run_jobs
+    from coach.domain.cluster import DEFAULT_CLUSTER
+    from coach.files.jobs import load_job
+    from coach.app.run import run_jobs
     from epoch_overhead import CpuMeter, job_yaml, wait_until_quiet
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -2,7 +2,7 @@
 
 Runs the same model, data, epochs and (workers, servers) twice:
 
-* **coach** - through `coach.run.run_jobs` on the embedded local platform (warm hosts, HTTP, one forked
+* **coach** - through `coach.app.run.run_jobs` on the embedded local platform (warm hosts, HTTP, one forked
   ps-lite child per role per epoch, checkpoint saved by rank 0 and loaded by every worker each epoch);
   per-epoch times are `epoch_time_s` from `<run_dir>/<job>.jsonl`.
 * **bare** - `benchmarks/bare_dist_sync.py`: scheduler, servers and workers started once, all epochs in one go;
@@ -46,11 +46,11 @@ for entry in (str(REPO), str(BENCH)):
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 from bare_dist_sync import add_job_arguments, run_bare  # noqa: E402
-from coach.cluster import DEFAULT_CLUSTER  # noqa: E402
-from coach.jobs import load_job  # noqa: E402
-from coach.platforms.base import Reply  # noqa: E402
+from coach.domain.cluster import DEFAULT_CLUSTER  # noqa: E402
+from coach.files.jobs import load_job  # noqa: E402
+from coach.domain.invocation import Reply  # noqa: E402
 from coach.platforms.local import LocalPlatform  # noqa: E402
-from coach.run import run_jobs  # noqa: E402
+from coach.app.run import run_jobs  # noqa: E402
 
 GOAL = 1.3
 QUIET_SHARE = 0.10  # other processes' share of the CPUs below which a side may start

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import yaml
 
-from coach.cluster import DEFAULT_CLUSTER
-from coach.jobs import load_job
+from coach.domain.cluster import DEFAULT_CLUSTER
+from coach.files.jobs import load_job
 from coach.model.speed import fit_speed
-from coach.planning import CALIBRATION_POINTS, observations
-from coach.results import read_log
-from coach.run import run_jobs
+from coach.policy.planning import CALIBRATION_POINTS, observations
+from coach.storage.results import read_log
+from coach.app.run import run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"

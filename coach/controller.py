@@ -15,19 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from coach.cluster import ClusterSpec
-from coach.epochs import BadReplies, EpochMetrics, aggregate
-from coach.invocation import invoke_together
-from coach.jobs import JobSpec
+from coach.domain.cluster import ClusterSpec
+from coach.model.epochs import BadReplies, EpochMetrics, aggregate
+from coach.drivers.fanout import invoke_together
+from coach.domain.jobs import JobSpec
 from coach.model.cost import epoch_cost, predict_next_epoch_cost
-from coach.planning import CALIBRATION_POINTS, Plan, plan
+from coach.policy.planning import CALIBRATION_POINTS, Plan, plan
 from coach.policy.allocation import slots_for
-from coach.platforms.base import Failure, FunctionRef, Platform
+from coach.domain.invocation import Failure, FunctionRef, Platform
 from coach.policy.stopping import StopInputs, decide, stop_metric
-from coach.progress import JobStatus, QuietView
-from coach.results import EpochRecord, JobOutcome, ResultLog, iso
-from coach.slots import Allocator, has_quorum, role_counts, role_of
-from coach.store import CheckpointStore
+from coach.ui.progress import JobStatus, QuietView
+from coach.domain.records import EpochRecord, JobOutcome, iso
+from coach.storage.results import ResultLog
+from coach.placement.fork import Allocator, has_quorum, role_counts, role_of
+from coach.storage.checkpoints import CheckpointStore
 
 INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
 MAX_REQUEUES = 5  # a job that misses its quorum this often stops as unschedulable

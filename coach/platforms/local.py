@@ -19,7 +19,7 @@ from typing import Mapping
 
 import requests
 
-from coach.platforms.base import ROLE_HANDLERS, Failure, FunctionRef, Reply
+from coach.domain.invocation import ROLE_HANDLERS, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
 
 READY_TIMEOUT_S = 120.0  # a cold host imports MXNet; two cores shared by many hosts can be slow

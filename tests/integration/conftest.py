@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coach.jobs import load_job
+from coach.files.jobs import load_job
 
 MODELS = Path(__file__).parent / "models"
 LENET = Path(__file__).resolve().parents[2] / "jobs" / "models" / "lenet.py"

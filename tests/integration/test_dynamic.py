@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coach.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
-from coach.planning import CALIBRATION_POINTS
-from coach.results import read_log
-from coach.run import run_jobs
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.policy.planning import CALIBRATION_POINTS
+from coach.storage.results import read_log
+from coach.app.run import run_jobs
 
 from .conftest import LENET, host_processes
 

@@ -16,7 +16,7 @@ def start_run(job_file: Path, results: Path) -> subprocess.Popen:
     results.mkdir(parents=True, exist_ok=True)
     with open(results.parent / "coach-run.out", "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "coach.cli", "run", str(job_file), "--plain", "--results", str(results)],
+            [sys.executable, "-m", "coach.ui.cli", "run", str(job_file), "--plain", "--results", str(results)],
             stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -66,8 +66,8 @@ def test_kill_9_of_the_controller_takes_every_function_with_it(tmp_path, make_jo
 
 
 def test_a_run_killed_with_kill_9_resumes_with_continuous_logs(tmp_path, make_job, marker):
-    from coach.results import read_log
-    from coach.run import resume_run
+    from coach.storage.results import read_log
+    from coach.app.run import resume_run
 
     short = make_job(f"{marker}-short", max_epochs=1)
     long = make_job(f"{marker}-long", max_epochs=12)
@@ -75,7 +75,7 @@ def test_a_run_killed_with_kill_9_resumes_with_continuous_logs(tmp_path, make_jo
     results = tmp_path / "results"
     results.mkdir()
     with open(tmp_path / "coach-run.out", "w") as out:
-        run = subprocess.Popen([sys.executable, "-m", "coach.cli", "run", *map(str, job_files), "--plain",
+        run = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "run", *map(str, job_files), "--plain",
                                 "--results", str(results)], stdout=out, stderr=subprocess.STDOUT)
 
     def trained(job) -> int:

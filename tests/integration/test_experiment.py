@@ -16,9 +16,9 @@ import matplotlib.image
 import pytest
 import yaml
 
-from coach.cli import main
-from coach.experiment import MatrixFileError, cells, load_matrix, run_experiment
-from coach.results import JobOutcome, summary_dict
+from coach.ui.cli import main
+from coach.experiments.matrix import MatrixFileError, cells, load_matrix, run_experiment
+from coach.domain.records import JobOutcome, summary_dict
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "jobs" / "experiments" / "tiny.yaml"
@@ -127,7 +127,7 @@ class FakeReport:
 
 
 class FakeRunner:
-    """Stands in for coach.run.run_jobs: writes summary.json in the real format; remembers every call."""
+    """Stands in for coach.app.run.run_jobs: writes summary.json in the real format; remembers every call."""
 
     def __init__(self, exit_codes=()):
         self.calls = []

@@ -7,9 +7,9 @@ import signal
 import threading
 from pathlib import Path
 
-from coach.cluster import DEFAULT_CLUSTER
-from coach.results import read_log
-from coach.run import run_jobs
+from coach.domain.cluster import DEFAULT_CLUSTER
+from coach.storage.results import read_log
+from coach.app.run import run_jobs
 
 from .conftest import wait_until
 

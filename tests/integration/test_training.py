@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from coach.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
-from coach.results import read_log
-from coach.run import run_jobs
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.storage.results import read_log
+from coach.app.run import run_jobs
 
 from .conftest import LENET, host_processes
 

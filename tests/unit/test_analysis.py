@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from coach.analysis import (TESTS, cohens_d, compare, describe, jct_samples, mean_by_epoch, epoch_times,
+from coach.analysis.stats import (TESTS, cohens_d, compare, describe, jct_samples, mean_by_epoch, epoch_times,
                             rank_biserial, run_test, run_times)
-from coach.cli import main
-from coach.results import EpochRecord, JobOutcome, iso, summary_dict
+from coach.ui.cli import main
+from coach.domain.records import EpochRecord, JobOutcome, iso, summary_dict
 
 T0_S = 1_800_000_000.0  # a fixed run start, in epoch seconds
 

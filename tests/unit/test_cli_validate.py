@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import coach.run
-from coach.cli import main
+import coach.app.run
+from coach.ui.cli import main
 
 MODEL = "def build_model():\n    return None\n\n\ndef load_data():\n    return None\n"
 
@@ -47,7 +47,7 @@ def no_training(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("run_jobs must not be called for bad input")
 
-    monkeypatch.setattr(coach.run, "run_jobs", refuse)
+    monkeypatch.setattr(coach.app.run, "run_jobs", refuse)
 
 
 # --------------------------------------------------------------------------- validate

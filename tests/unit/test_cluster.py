@@ -2,7 +2,6 @@
 
 Error lines read ``FILE: FIELD: what is wrong`` where FILE is the path as given and FIELD is
 the key (``nodes[i].key`` inside a node, ``(file)`` for the file as a whole).
-ClusterState records which function holds a slot on which node; every change returns a new state.
 """
 
 from __future__ import annotations
@@ -11,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coach.cluster import (
-    DEFAULT_CLUSTER,
-    ClusterFileError,
-    ClusterSpec,
-    ClusterState,
-    NodeSpec,
-    load_cluster,
-    parse_cluster,
-)
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+
+from coach.files.cluster import ClusterFileError, load_cluster, parse_cluster
 
 ONE_NODE = "nodes:\n  - name: a\n    slots: 1\n"
 
@@ -232,75 +225,3 @@ def test_parse_cluster_uses_the_source_it_is_given():
         parse_cluster({"nodes": [{"name": "a", "slots": True}]}, "inline")
 
     assert caught.value.lines == ["inline: nodes[0].slots: expected an integer, got bool"]
-
-
-# --------------------------------------------------------------------------- ClusterState
-
-TWO_NODES = ClusterSpec(name="two", nodes=(NodeSpec("a", 2, 0.1), NodeSpec("b", 1, 0.2)))
-
-
-def test_an_empty_state_has_every_slot_free():
-    state = ClusterState(TWO_NODES)
-
-    assert (state.free("a"), state.free("b"), state.free_slots) == (2, 1, 3)
-    assert dict(state.bound) == {}
-
-
-def test_bind_returns_a_new_state_and_leaves_the_old_one_alone():
-    empty = ClusterState(TWO_NODES)
-
-    bound = empty.bind({"job-scheduler-0": "a", "job-worker-0": "b"})
-
-    assert dict(bound.bound) == {"job-scheduler-0": "a", "job-worker-0": "b"}
-    assert (bound.free("a"), bound.free("b"), bound.free_slots) == (1, 0, 1)
-    assert (empty.free("a"), empty.free("b"), empty.free_slots) == (2, 1, 3)
-
-
-def test_binding_more_functions_than_a_node_has_free_slots_raises():
-    state = ClusterState(TWO_NODES)
-
-    with pytest.raises(ValueError, match="^node b has 1 free slots, 2 wanted$"):
-        state.bind({"f1": "b", "f2": "b"})
-
-
-def test_binding_over_capacity_after_earlier_binds_raises():
-    state = ClusterState(TWO_NODES).bind({"f1": "a"})
-
-    with pytest.raises(ValueError, match="^node a has 1 free slots, 2 wanted$"):
-        state.bind({"f2": "a", "f3": "a"})
-
-
-def test_binding_a_function_that_is_already_bound_raises():
-    state = ClusterState(TWO_NODES).bind({"f1": "a"})
-
-    with pytest.raises(ValueError, match=r"^already bound: \['f1'\]$"):
-        state.bind({"f1": "b"})
-
-
-def test_release_frees_the_slots_of_the_named_functions_only():
-    state = ClusterState(TWO_NODES).bind({"f1": "a", "f2": "a", "f3": "b"})
-
-    released = state.release(["f1", "f3", "never-bound"])
-
-    assert dict(released.bound) == {"f2": "a"}
-    assert (released.free("a"), released.free("b"), released.free_slots) == (1, 1, 2)
-    assert state.free_slots == 0
-
-
-def test_a_released_function_can_be_bound_again():
-    state = ClusterState(TWO_NODES).bind({"f1": "b"}).release(["f1"])
-
-    assert dict(state.bind({"f1": "b"}).bound) == {"f1": "b"}
-
-
-def test_a_cluster_file_may_name_its_scheduler_profile(tmp_path):
-    cluster = load_cluster(write(tmp_path, "scheduler: gang-strict\nnodes:\n  - {name: a, slots: 4}\n"))
-    assert cluster.scheduler == "gang-strict"
-
-
-def test_an_unknown_scheduler_profile_is_an_error_line(tmp_path):
-    path = write(tmp_path, "scheduler: fifo\nnodes:\n  - {name: a, slots: 4}\n")
-    with pytest.raises(ClusterFileError) as error:
-        load_cluster(path)
-    assert error.value.lines == [
-        f"{path}: scheduler: unknown profile 'fifo'; known: default, gang, gang-strict, gang-thesis"]

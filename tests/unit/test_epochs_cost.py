@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coach.epochs import BadReplies, EpochMetrics, aggregate
+from coach.model.epochs import BadReplies, EpochMetrics, aggregate
 from coach.model.cost import epoch_cost, predict_next_epoch_cost
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from coach.jobs import OPTIMIZERS, JobFileError, JobSpec, load_job, load_jobs
+from coach.domain.jobs import OPTIMIZERS, JobSpec
+
+from coach.files.jobs import JobFileError, load_job, load_jobs
 
 VALID_MODEL = "def build_model():\n    return None\n\n\ndef load_data():\n    return None\n"
 
@@ -426,9 +428,9 @@ def test_the_model_file_is_parsed_never_executed(folder: Path) -> None:
 
 
 def test_the_module_does_not_import_mxnet() -> None:
-    import coach.jobs
+    import coach.files.jobs
 
-    tree = ast.parse(Path(coach.jobs.__file__).read_text())
+    tree = ast.parse(Path(coach.files.jobs.__file__).read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -440,7 +442,7 @@ def test_the_module_does_not_import_mxnet() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert "mxnet" not in imported
-    assert coach.jobs.__doc__ and "reading" in coach.jobs.__doc__
+    assert coach.files.jobs.__doc__ and "reading" in coach.files.jobs.__doc__
 
 
 def test_two_yaml_documents_in_one_job_file_are_rejected(folder: Path) -> None:

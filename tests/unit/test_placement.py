@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coach.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
-from coach.slots import Allocator, has_quorum, role_counts, role_of
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.placement.fork import Allocator, has_quorum, role_counts, role_of
 
 
 def names(job: str, workers: int, servers: int) -> list[str]:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from coach.cli import main
-from coach.jobs import load_job
-from coach.planning import CALIBRATION_POINTS, full_epoch_time_s, observations, plan, training_metrics
+from coach.ui.cli import main
+from coach.files.jobs import load_job
+from coach.policy.planning import CALIBRATION_POINTS, full_epoch_time_s, observations, plan, training_metrics
 
 # A known surface, in full epochs per second: best at 3 workers, 1 server.
 B1, B2, B3, B4, B5 = 0.05, 3.0, 0.05, 1.0, 0.5

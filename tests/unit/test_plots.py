@@ -12,9 +12,9 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from coach import plots
-from coach.cli import main
-from coach.results import EpochRecord, iso
+from coach.analysis import plots
+from coach.ui.cli import main
+from coach.domain.records import EpochRecord, iso
 
 T0_S = 1_800_000_000.0
 FIXED_SHAPE = (500, 800, 4)

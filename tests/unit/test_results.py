@@ -9,16 +9,9 @@ from types import MappingProxyType
 
 import pytest
 
-from coach.results import (
-    EpochRecord,
-    JobOutcome,
-    ResultLog,
-    iso,
-    new_run_id,
-    read_log,
-    summary_dict,
-    write_json_atomic,
-)
+from coach.domain.records import EpochRecord, JobOutcome, iso, summary_dict
+
+from coach.storage.results import ResultLog, new_run_id, read_log, write_json_atomic
 
 RECORD = EpochRecord(
     run_id="20240101-120000-abcd", job="lenet", phase="training", epoch=1, workers=2, servers=1,
@@ -199,7 +192,7 @@ def test_write_json_atomic_refuses_what_json_cannot_hold_and_keeps_the_old_file(
 
 
 def test_a_torn_last_line_is_cut_before_a_resumed_run_appends(tmp_path):
-    from coach.results import drop_torn_tail
+    from coach.storage.results import drop_torn_tail
 
     log = tmp_path / "job.jsonl"
     log.write_text('{"epoch": 1}\n{"epoch": 2, "lo')

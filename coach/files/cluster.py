@@ -1,8 +1,4 @@
-"""Cluster files -> ClusterSpec (nodes, slots, prices), and ClusterState (what is placed where).
-
-Both are plain frozen data; `load_cluster` is the only function here that reads a file. Placement decisions
-over this data live in `scheduler_fork`, driven by `coach.slots`.
-"""
+"""Cluster files -> ClusterSpec (nodes, slots, prices). `load_cluster` is the only function here that reads a file."""
 
 from __future__ import annotations
 
@@ -15,91 +11,11 @@ from typing import Mapping
 
 import yaml
 
+from coach.domain.cluster import ClusterSpec, DEFAULT_CLUSTER, NodeSpec
+
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TOP_FIELDS = {"name", "price_per_slot_s", "nodes", "scheduler"}
 NODE_FIELDS = {"name", "slots", "price_per_slot_s"}
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str  # logical node name, unique in the cluster
-    slots: int  # function instances the node can hold at once
-    price_per_slot_s: float  # money per slot-second of a function placed here
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    name: str  # label used in logs
-    nodes: tuple[NodeSpec, ...]  # in the order the file lists them
-    source: str = "(default)"  # the file it came from
-    scheduler: str | None = None  # scheduler_fork profile the file asks for (`coach run --scheduler` overrides)
-
-    @property
-    def total_slots(self) -> int:
-        return sum(node.slots for node in self.nodes)
-
-    def node(self, name: str) -> NodeSpec:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(f"no node named {name!r} in cluster {self.name}")
-
-    def price_of(self, node_name: str) -> float:
-        return self.node(node_name).price_per_slot_s
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> "ClusterSpec":
-        """The inverse of to_dict, for a run's manifest."""
-        nodes = tuple(NodeSpec(n["name"], int(n["slots"]), float(n["price_per_slot_s"])) for n in data["nodes"])
-        return cls(name=data["name"], nodes=nodes, source=data.get("source", "(manifest)"),
-                   scheduler=data.get("scheduler"))
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "source": self.source,
-            "scheduler": self.scheduler,
-            "nodes": [{"name": n.name, "slots": n.slots, "price_per_slot_s": n.price_per_slot_s} for n in self.nodes],
-        }
-
-
-#: The thesis's cluster: three nodes; every function instance takes one slot.
-DEFAULT_CLUSTER = ClusterSpec(
-    name="thesis-3-nodes",
-    nodes=tuple(NodeSpec(f"node-{i}", slots=4, price_per_slot_s=0.0001) for i in (1, 2, 3)),
-)
-
-
-@dataclass(frozen=True)
-class ClusterState:
-    """Which function (by name) holds a slot on which node. Pure: every change returns a new state."""
-
-    spec: ClusterSpec  # the nodes and their capacities
-    bound: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # function name -> node
-
-    def used(self, node_name: str) -> int:
-        return sum(1 for node in self.bound.values() if node == node_name)
-
-    def free(self, node_name: str) -> int:
-        return self.spec.node(node_name).slots - self.used(node_name)
-
-    @property
-    def free_slots(self) -> int:
-        return self.spec.total_slots - len(self.bound)
-
-    def bind(self, placement: Mapping[str, str]) -> "ClusterState":
-        clash = set(placement) & set(self.bound)
-        if clash:
-            raise ValueError(f"already bound: {sorted(clash)}")
-        for node_name in set(placement.values()):
-            wanted = sum(1 for n in placement.values() if n == node_name)
-            if wanted > self.free(node_name):
-                raise ValueError(f"node {node_name} has {self.free(node_name)} free slots, {wanted} wanted")
-        return replace(self, bound=MappingProxyType({**self.bound, **placement}))
-
-    def release(self, names) -> "ClusterState":
-        gone = set(names)
-        return replace(self, bound=MappingProxyType({k: v for k, v in self.bound.items() if k not in gone}))
 
 
 class ClusterFileError(Exception):

@@ -33,7 +33,7 @@ def _num(value, digits: int = 3) -> str:
 
 
 def cmd_experiment(args) -> int:
-    from coach.experiment import ALLOCATIONS, MatrixFileError, cells, load_matrix, run_experiment
+    from coach.experiments.matrix import ALLOCATIONS, MatrixFileError, cells, load_matrix, run_experiment
 
     if args.repeat is not None and args.repeat < 1:
         return _fail([f"--repeat: must be >= 1, got {args.repeat}"])
@@ -67,8 +67,8 @@ def _side_json(selection, stats: dict) -> dict:
 
 def compare_selections(a, b, test: str, out_dir: Path) -> dict:
     """Statistics, plots and compare.json for two selections; returns what compare.json holds."""
-    from coach import analysis, plots
-    from coach.results import write_json_atomic
+    from coach.analysis import plots, stats as analysis
+    from coach.storage.results import write_json_atomic
 
     result = analysis.compare([(r.label, r.summary) for r in a.runs], [(r.label, r.summary) for r in b.runs], test)
     labels = (f"A: {a.label}", f"B: {b.label}")
@@ -98,7 +98,7 @@ def compare_selections(a, b, test: str, out_dir: Path) -> dict:
 def print_comparison(data: dict) -> None:
     from rich.table import Table
 
-    from coach.analysis import DESCRIBE_COLUMNS
+    from coach.analysis.stats import DESCRIBE_COLUMNS
 
     console = _console()
     names = [f"A: {data['a']['label']}", f"B: {data['b']['label']}"]
@@ -134,8 +134,8 @@ def print_comparison(data: dict) -> None:
 
 
 def cmd_compare(args) -> int:
-    from coach.experiment import SelectionError, select_runs
-    from coach.results import new_run_id
+    from coach.experiments.matrix import SelectionError, select_runs
+    from coach.storage.results import new_run_id
 
     selections = []
     for argument in (args.a, args.b):
@@ -157,7 +157,7 @@ def cmd_compare(args) -> int:
 
 def write_report(run, out_dir: Path) -> list[Path]:
     """A run's loss, allocation and cost plots; returns the files written."""
-    from coach import plots
+    from coach.analysis import plots
 
     started = run.summary["started"]
     budgets = {job: outcome.get("budget") for job, outcome in run.summary["jobs"].items()}
@@ -169,7 +169,7 @@ def write_report(run, out_dir: Path) -> list[Path]:
 
 
 def cmd_report(args) -> int:
-    from coach.experiment import SUMMARY, SelectionError, read_run
+    from coach.experiments.matrix import SUMMARY, SelectionError, read_run
 
     run_dir = Path(args.run_dir)
     if not (run_dir / SUMMARY).is_file():
@@ -189,7 +189,7 @@ def cmd_report(args) -> int:
 
 def add_commands(sub) -> None:
     """Add the analysis sub-commands to the `coach` parser's subparsers."""
-    from coach.analysis import DEFAULT_TEST, TESTS
+    from coach.analysis.stats import DEFAULT_TEST, TESTS
 
     experiment = sub.add_parser("experiment", help="run a matrix of runs (model x jobs x allocation x scheduler)")
     experiment.add_argument("matrix", help="matrix file (see coach/experiment.py or the README)")

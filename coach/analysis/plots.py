@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
-from coach.analysis import epoch_times, mean_by_epoch, since_start_s  # noqa: E402
+from coach.analysis.stats import epoch_times, mean_by_epoch, since_start_s  # noqa: E402
 
 FIGSIZE_IN = (8.0, 5.0)  # width, height of every fixed-size figure, in inches
 DPI = 100  # so a fixed-size PNG is 800 x 500 pixels

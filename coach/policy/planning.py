@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from coach.jobs import JobSpec
+from coach.domain.jobs import JobSpec
 from coach.model.convergence import RemainingEpochs, remaining_epochs
 from coach.model.speed import SpeedFit, SpeedObservation, fit_speed
 from coach.policy.allocation import Allocation, JobDemand, allocate

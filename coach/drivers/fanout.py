@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from coach.platforms.base import Failure, FunctionRef, Platform, Reply
+from coach.domain.invocation import Failure, FunctionRef, Platform, Reply
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The `coach` command. Parses arguments, reads files, prints; the work happens in coach.run."""
+"""The `coach` command. Parses arguments, reads files, prints; the work happens in coach.app.run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from coach.cluster import ClusterFileError, load_cluster
-from coach.jobs import JobFileError, load_jobs
+from coach.files.cluster import ClusterFileError, load_cluster
+from coach.files.jobs import JobFileError, load_jobs
 from scheduler_fork import PROFILES
 
 EXIT_BAD_INPUT = 2
@@ -56,7 +56,7 @@ def cmd_run(args) -> int:
     if args.resume:
         if args.files:
             return _fail(["--resume: give the run folder only, not job files (its manifest has the jobs)"])
-        from coach.run import ResumeError, resume_run
+        from coach.app.run import ResumeError, resume_run
 
         try:
             report = resume_run(Path(args.resume), view=view)
@@ -68,7 +68,7 @@ def cmd_run(args) -> int:
         return _fail(["coach run: give job files, or --resume RUN_DIR"])
     specs, cluster = _inputs(args.files, args.cluster)
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
-    from coach.run import run_jobs  # imported here so `coach validate` stays fast
+    from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
     if args.placement_timeout <= 0:
         return _fail([f"--placement-timeout: must be > 0, got {args.placement_timeout:g}"])
@@ -83,8 +83,8 @@ def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
     specs, cluster = _inputs([args.job], args.cluster)
     spec = specs[0]
-    from coach.planning import plan
-    from coach.results import LogFileError, read_log_checked
+    from coach.policy.planning import plan
+    from coach.storage.results import LogFileError, read_log_checked
 
     try:
         records = [r for r in read_log_checked(Path(args.history)) if r.get("job") == spec.name]
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_scheduler.add_argument("--seed", type=int, default=0)
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
 
-    from coach.analysis_cli import add_commands
+    from coach.ui.analysis_cli import add_commands
 
     add_commands(sub)
     return parser

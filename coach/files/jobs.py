@@ -32,10 +32,10 @@ from typing import Any
 
 import yaml
 
+from coach.domain.jobs import OPTIMIZERS, JobSpec
+
 __all__ = ["OPTIMIZERS", "JOB_FIELDS", "JobFileError", "JobSpec", "YamlLoader", "load_job", "load_jobs"]
 
-#: MXNet optimizer names a job may use (``mx.optimizer.create(name, ...)``).
-OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagrad", "adadelta"})
 
 #: FIELD used for problems with the job file as a whole.
 FILE_FIELD = "(file)"
@@ -95,57 +95,6 @@ _ALIASES: dict[str, str] = {
     "epoch_timeout": "epoch_timeout_s",
 }
 _LR_KEYS = frozenset({"learning_rate", "lr"})
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One validated training job; built only by :func:`load_job`/:func:`load_jobs`."""
-
-    name: str                   # job name, safe as a file name
-    source: Path                # absolute path of the job file
-    model_path: Path            # absolute path of the model file
-    batch_size: int             # per-worker mini-batch size
-    optimizer: str              # one of OPTIMIZERS
-    optimizer_params: Mapping[str, float] = field(hash=False)  # extra optimizer kwargs (a dict copy)
-    learning_rate: float
-    target_loss: float
-    consecutive: int            # epochs in a row at or below target_loss to stop (default 3)
-    max_epochs: int
-    budget: float               # money units (price per slot-second x slot-seconds)
-    workers: int | None         # static counts; both None -> dynamic job
-    servers: int | None
-    max_workers: int | None     # optional upper limits for dynamic jobs
-    max_servers: int | None
-    seed: int                   # default 0
-    epoch_timeout_s: float      # deadline of one epoch invocation, default 600
-    calibration_fraction: float = 0.25  # share of the training data each of the 4 calibration mini-epochs uses
-    max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
-
-    @property
-    def is_static(self) -> bool:
-        """True when the job fixes both the worker and the server count."""
-        return self.workers is not None and self.servers is not None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
-        """The inverse of to_dict, for a run's manifest (already validated when the run started)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["source"], values["model_path"] = Path(values["source"]), Path(values["model_path"])
-        values["optimizer_params"] = dict(values.get("optimizer_params") or {})
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable copy (paths as str, optimizer_params as a new dict)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Path):
-                value = str(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[f.name] = value
-        return out
 
 
 class JobFileError(Exception):

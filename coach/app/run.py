@@ -17,16 +17,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
-from coach.cluster import ClusterSpec
+from coach.domain.cluster import ClusterSpec
 from coach.controller import JobRunner, RunContext
-from coach.jobs import JobSpec
-from coach.platforms.base import Platform
+from coach.domain.jobs import JobSpec
+from coach.domain.invocation import Platform
 from coach.platforms.local import LocalPlatform
-from coach.progress import VIEWS
-from coach.slots import Allocator
-from coach.results import (JobOutcome, LogFileError, drop_torn_tail, iso, new_run_id, read_log_checked,
-                           summary_dict, write_json_atomic)
-from coach.store import CheckpointStore
+from coach.ui.progress import VIEWS
+from coach.placement.fork import Allocator
+from coach.domain.records import JobOutcome, iso, summary_dict
+from coach.storage.results import LogFileError, drop_torn_tail, new_run_id, read_log_checked, write_json_atomic
+from coach.storage.checkpoints import CheckpointStore
 
 NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from coach.cluster import ClusterSpec
+from coach.domain.cluster import ClusterSpec
 from scheduler_fork import PROFILES, Node, Pod, PodGroup, Scheduler
 
 #: Roles a job needs bound before it can run an epoch: one PS scheduler, one server, one worker.

@@ -67,10 +67,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from coach.cluster import DEFAULT_CLUSTER, ClusterFileError, ClusterSpec, load_cluster
-from coach.jobs import JOB_FIELDS, YamlLoader  # the job-file format and YAML dialect belong to coach.jobs
-from coach.jobs import JobFileError, JobSpec, load_jobs
-from coach.results import LogFileError, iso, new_run_id, read_log_checked, write_json_atomic
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec
+
+from coach.files.cluster import ClusterFileError, load_cluster
+from coach.files.jobs import JOB_FIELDS, YamlLoader  # the job-file format and YAML dialect belong to coach.jobs
+from coach.files.jobs import JobFileError, load_jobs
+from coach.domain.jobs import JobSpec
+from coach.storage.results import LogFileError, new_run_id, read_log_checked, write_json_atomic
+from coach.domain.records import iso
 
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
@@ -407,10 +411,10 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
                    runner: Callable[..., Any] | None = None) -> ExperimentReport:
     """Run every cell `repeat` times (default: the matrix's), sequentially; keep manifest.json current.
 
-    `runner` is `coach.run.run_jobs` unless a test passes another with the same keyword arguments.
+    `runner` is `coach.app.run.run_jobs` unless a test passes another with the same keyword arguments.
     """
     if runner is None:
-        from coach.run import run_jobs as runner  # imported here so validation stays fast
+        from coach.app.run import run_jobs as runner  # imported here so validation stays fast
     repeat = matrix.repeat if repeat is None else repeat
     experiment_id = f"{matrix.name}-{new_run_id()}"
     experiment_dir = Path(results_root) / "experiments" / experiment_id
