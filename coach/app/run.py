@@ -1,4 +1,4 @@
-"""A run: every job of `coach run` at once, each in its own thread, over one platform and one cluster.
+"""A run: every job of `coach run` at once, composed from its configuration and driven live.
 
 Side effects: creates `results/<run-id>/` (manifest, per-job logs, checkpoints, function logs, summary),
 starts and stops function hosts, installs SIGINT/SIGTERM handlers for the run's duration.
@@ -17,18 +17,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
+from coach.app.compose import PLACEMENTS, PLATFORMS, checkpoint_store
 from coach.domain.cluster import ClusterSpec
-from coach.controller import JobRunner, RunContext
 from coach.domain.jobs import JobSpec
-from coach.domain.invocation import Platform
-from coach.platforms.local import LocalPlatform
-from coach.ui.progress import VIEWS
-from coach.placement.fork import Allocator
 from coach.domain.records import JobOutcome, iso, summary_dict
-from coach.storage.results import LogFileError, drop_torn_tail, new_run_id, read_log_checked, write_json_atomic
-from coach.storage.checkpoints import CheckpointStore
+from coach.drivers.core import Ports
+from coach.drivers.fanout import ThreadFanOut
+from coach.drivers.live import LiveDriver
+from coach.lifecycle import events as ev
+from coach.lifecycle.job import NORMAL_ENDINGS, JobLifecycle
+from coach.policy.history import History, fill_outcome, history_from_records
+from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
+from coach.ports import Platform
+from coach.storage.results import (LogFileError, ResultLog, drop_torn_tail, new_run_id, read_log_checked,
+                                   write_json_atomic)
+from coach.ui.progress import VIEWS
 
-NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
+MANIFEST_SCHEMA = 2  # 1: no schema field, no policy (its runs resume with the `coach` policy)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,17 @@ class RunReport:
     exit_code: int  # 0 all jobs ended normally, 1 a job failed, 130 interrupted
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """How a run is composed; written to run.json so that a resume composes the same run."""
+
+    scheduler: str = "gang"  # scheduler_fork profile
+    policy: str = DEFAULT_POLICY  # a key of POLICIES
+    placement_timeout_s: float = 30.0  # how long a job waits for its quorum before it is requeued
+    platform: str = "local"  # a key of PLATFORMS
+    placement: str = "fork"  # a key of PLACEMENTS
+
+
 def exit_code_for(reasons: Sequence[str | None]) -> int:
     if any(r == "interrupted" for r in reasons):
         return 130
@@ -47,19 +63,22 @@ def exit_code_for(reasons: Sequence[str | None]) -> int:
 
 def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path, view: str = "plain",
              scheduler: str = "gang", run_id: str | None = None, placement_timeout_s: float = 30.0,
-             platform_factory: Callable[[Path, str], Platform] | None = None) -> RunReport:
+             platform_factory: Callable[[Path, str], Platform] | None = None,
+             policy: str = DEFAULT_POLICY) -> RunReport:
     """A new run of every job, concurrently, in `results_root/<run-id>/`."""
+    config = RunConfig(scheduler=scheduler, policy=policy, placement_timeout_s=placement_timeout_s)
     run_id = run_id or new_run_id()
-    run_dir = results_root / run_id
+    run_dir = (results_root / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=False)
     started_s = time.time()
     write_json_atomic(run_dir / "run.json", {
-        "run_id": run_id, "command": sys.argv, "started": iso(started_s), "scheduler": scheduler,
-        "placement_timeout_s": placement_timeout_s, "cluster": cluster.to_dict(),
+        "schema": MANIFEST_SCHEMA, "run_id": run_id, "command": sys.argv, "started": iso(started_s),
+        "scheduler": scheduler, "policy": policy, "placement_timeout_s": placement_timeout_s,
+        "platform": config.platform, "placement": config.placement, "cluster": cluster.to_dict(),
         "jobs": [spec.to_dict() for spec in specs]})
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
-    return _execute(run_id, run_dir, started_s, cluster, scheduler, placement_timeout_s, view,
-                    [(spec, []) for spec in specs], outcomes, platform_factory)
+    return _execute(run_id, run_dir, started_s, cluster, config, view,
+                    [(spec, None) for spec in specs], outcomes, platform_factory)
 
 
 class ResumeError(Exception):
@@ -71,13 +90,16 @@ def resume_run(run_dir: Path, view: str = "plain",
     """Continue every unfinished job of a run (killed, or interrupted) from its last log line and checkpoint.
 
     Finished jobs are left untouched; the others append to their own logs, with epochs numbered on from the
-    last one logged and the cumulative cost carried on.
+    last one logged and the cumulative cost carried on. Runs written before manifests had a schema resume too.
     """
+    run_dir = run_dir.resolve()
     try:
         manifest = json.loads((run_dir / "run.json").read_text())
         specs = [JobSpec.from_dict(job) for job in manifest["jobs"]]
         cluster = ClusterSpec.from_dict(manifest["cluster"])
-        scheduler, placement_timeout_s = manifest["scheduler"], float(manifest["placement_timeout_s"])
+        config = RunConfig(scheduler=manifest["scheduler"], policy=manifest.get("policy", DEFAULT_POLICY),
+                           placement_timeout_s=float(manifest["placement_timeout_s"]),
+                           platform=manifest.get("platform", "local"), placement=manifest.get("placement", "fork"))
     except OSError as error:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): {error.strerror or error}") from None
     except (ValueError, KeyError, TypeError) as error:
@@ -87,33 +109,27 @@ def resume_run(run_dir: Path, view: str = "plain",
     except (OSError, ValueError):
         old = {"jobs": {}}
     started_s = _timestamp(old.get("started")) or _timestamp(manifest.get("started")) or time.time()
+    store = checkpoint_store((run_dir / "checkpoints").as_uri())
     outcomes, pending = {}, []
     for spec in specs:
         log = run_dir / f"{spec.name}.jsonl"
         try:
             if log.exists():
                 drop_torn_tail(log)
-            records = read_log_checked(log) if log.exists() else []
+            history = history_from_records(read_log_checked(log) if log.exists() else [])
         except LogFileError as error:
             raise ResumeError(str(error)) from None
         before = old.get("jobs", {}).get(spec.name, {})
         outcome = JobOutcome(submitted_s=_timestamp(before.get("submitted")) or started_s, budget=spec.budget)
         outcomes[spec.name] = outcome
-        last = records[-1] if records else {}
-        if last.get("stop_reason") not in (None, "interrupted"):  # finished for good: keep it as it was
-            trained = [r for r in records if r.get("phase") == "training"]
-            outcome.finished_s = _timestamp(before.get("finished")) or _timestamp(last.get("end"))
-            outcome.epochs = len(trained)
-            outcome.final_loss = trained[-1]["loss"] if trained else None
-            outcome.final_val_loss = trained[-1].get("val_loss") if trained else None
-            outcome.stop_reason = last["stop_reason"]
-            outcome.total_cost = float(last.get("cumulative_cost") or 0.0)
-            outcome.workers, outcome.servers = int(last.get("workers") or 0), int(last.get("servers") or 0)
-        else:
-            pending.append((spec, records))
+        if history.stop_reason not in (None, "interrupted"):  # finished for good: keep it as it was
+            fill_outcome(outcome, history, _timestamp(before.get("finished")) or _timestamp(history.last_end))
+            continue
+        if history.checkpoint and not store.complete(history.checkpoint):
+            raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
+        pending.append((spec, history))
     run_id = manifest.get("run_id", run_dir.name)
-    return _execute(run_id, run_dir, started_s, cluster, scheduler, placement_timeout_s, view, pending, outcomes,
-                    platform_factory)
+    return _execute(run_id, run_dir, started_s, cluster, config, view, pending, outcomes, platform_factory)
 
 
 def _timestamp(text: str | None) -> float | None:
@@ -123,52 +139,49 @@ def _timestamp(text: str | None) -> float | None:
         return None
 
 
-def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, scheduler: str,
-             placement_timeout_s: float, view: str, jobs: Sequence[tuple[JobSpec, list[dict]]],
-             outcomes: dict[str, JobOutcome], platform_factory) -> RunReport:
-    """Run `jobs` (each with the log lines it already has) concurrently; keep summary.json current."""
+def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,
+             jobs: Sequence[tuple[JobSpec, History | None]], outcomes: dict[str, JobOutcome],
+             platform_factory) -> RunReport:
+    """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
     token = secrets.token_hex(16)
-    platform = (platform_factory or (lambda logs, tok: LocalPlatform(logs, tok)))(run_dir / "logs", token)
-    summary_lock = threading.Lock()
-    extra = {"cluster": cluster.name, "scheduler": scheduler}
+    platform = (platform_factory or PLATFORMS[config.platform])(run_dir / "logs", token)
+    policy = POLICIES[config.policy]
+    extra = {"cluster": cluster.name, "scheduler": config.scheduler, "policy": config.policy}
+    sinks = {spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec, _ in jobs}
 
     def write_summary() -> dict:
-        with summary_lock:
-            summary = summary_dict(run_id, started_s, outcomes, extra)
-            write_json_atomic(run_dir / "summary.json", summary)
-            return summary
+        summary = summary_dict(run_id, started_s, outcomes, extra)
+        write_json_atomic(run_dir / "summary.json", summary)
+        return summary
+
+    def finished(lc: JobLifecycle, now_s: float) -> None:
+        fill_outcome(outcomes[lc.spec.name], lc.history, now_s)
+        write_summary()
 
     with VIEWS[view](run_id) as shown:
-        ctx = RunContext(run_id=run_id, run_dir=run_dir, cluster=cluster, platform=platform,
-                         allocator=Allocator(cluster, scheduler),
-                         store=CheckpointStore(run_dir / "checkpoints"), view=shown,
-                         placement_timeout_s=placement_timeout_s)
-        ctx.allocator.register(spec.name for spec, _ in jobs)  # submission order is the FIFO order
-        runners = []
-        for spec, records in jobs:
-            runner = JobRunner(spec, ctx, outcomes[spec.name], write_summary)
-            runner.adopt(records)
-            runners.append(runner)
-        threads = [threading.Thread(target=r.run, name=f"job-{r.spec.name}", daemon=True) for r in runners]
+        ports = Ports(placement=PLACEMENTS[config.placement](cluster, config.scheduler), platform=platform,
+                      store=checkpoint_store((run_dir / "checkpoints").as_uri()), sinks=sinks, view=shown)
+        lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s)
+                      for spec, _ in jobs]
+        view_of_cluster = ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
+        stop = threading.Event()
+        driver = LiveDriver(lifecycles, policy, view_of_cluster, ports, ThreadFanOut(), finished, stop_event=stop)
+        first = [(spec.name, ev.Start(time.time()) if history is None else ev.Resume(time.time(), history))
+                 for spec, history in jobs]
 
         def interrupt(signum, frame):
-            ctx.stop.set()
-            platform.close()  # in-flight epochs fail at once; job threads record `interrupted`
+            stop.set()
 
         # signals reach only the main thread; a run started from another thread is stopped by its caller
         in_main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
         try:
             write_summary()
-            for runner, thread in zip(runners, threads):
-                thread.start()
-                while not runner.queued.wait(0.2):  # pods reach the scheduler in submission order (FIFO)
-                    pass
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.2)
+            driver.run(first)
         finally:
             platform.close()
+            for sink in sinks.values():
+                sink.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         summary = write_summary()

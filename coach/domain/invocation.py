@@ -1,27 +1,34 @@
-"""The Platform protocol: where functions run. Invocations return a Reply or a Failure value, never raise.
+"""What a platform hands back: a deployed function, a reply, or a failure value. Plain data, no I/O.
 
-The controller decides what a failure means (stop the job, later retry it); a platform only reports.
+Invocations never raise across the platform boundary: the lifecycle decides what a failure means (stop the
+job, or retry it with a bound); a platform only reports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Mapping
 
-#: Nuclio handler of each parameter-server role (`spec.handler` in functions/<role>/function.yaml).
-ROLE_HANDLERS: Mapping[str, str] = {
-    "scheduler": "functions.scheduler.main:handler",
-    "server": "functions.server.main:handler",
-    "worker": "functions.worker.main:handler",
-}
+from coach.domain.identity import FunctionId
+
+#: Failure kinds a platform reports.
+DEPLOY, UNREACHABLE, TIMEOUT, ERROR, REJECTED = "deploy", "unreachable", "timeout", "error", "rejected"
 
 
 @dataclass(frozen=True)
 class FunctionRef:
-    name: str  # unique function name, e.g. "lenet-worker-0"
-    role: str  # a key of ROLE_HANDLERS
+    fid: FunctionId  # which function of which job
     node: str  # logical node it was placed on
     url: str  # where its HTTP trigger listens
+    host: str = "127.0.0.1"  # the address the node is reached at (sent to ps-lite as DMLC_NODE_HOST)
+
+    @property
+    def name(self) -> str:
+        return self.fid.name
+
+    @property
+    def role(self) -> str:
+        return self.fid.role.value
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class Reply:
 @dataclass(frozen=True)
 class Failure:
     function: str  # FunctionRef.name (or the name that failed to deploy)
-    kind: str  # "deploy", "unreachable", "timeout", "error" or "rejected" (the request itself is wrong)
+    kind: str  # DEPLOY, UNREACHABLE, TIMEOUT, ERROR or REJECTED (the request itself is wrong)
     message: str  # one line for the log and the live view
     duration_s: float = 0.0  # time spent before the failure was known
     body: Mapping = field(default_factory=dict)  # the reply, when the function answered with an error
@@ -42,23 +49,7 @@ class Failure:
     @property
     def retryable(self) -> bool:
         """A rejected request (bad payload, broken model file) fails the same way on a fresh instance."""
-        return self.kind != "rejected"
+        return self.kind != REJECTED
 
     def describe(self) -> str:
         return f"{self.function}: {self.kind}: {self.message}"
-
-
-class Platform(Protocol):
-    def deploy(self, name: str, role: str, node: str) -> FunctionRef | Failure: ...
-
-    def invoke(self, ref: FunctionRef, payload: Mapping, timeout_s: float) -> Reply | Failure: ...
-
-    def cancel(self, ref: FunctionRef) -> None: ...
-
-    def remove(self, ref: FunctionRef) -> None: ...
-
-    def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]: ...
-
-    def live_functions(self) -> list[str]: ...
-
-    def close(self) -> None: ...

@@ -1,7 +1,8 @@
-"""Invoke several functions at once and collect their replies: one epoch's roles, or a batch of warm-ups.
+"""Doing several platform calls of one step together: an epoch's roles, a batch of deploys or warm-ups.
 
-The first failure cancels the others, so no role waits for a dead peer until its deadline. Side effects: the
-invocations themselves (through the Platform).
+The first failure of an epoch cancels the others, so no role waits for a dead peer until its deadline. The live
+driver fans out over threads and measures wall time; the virtual-time driver calls in turn and takes the
+longest reported duration as the wall time (nothing sleeps there). Side effects: the calls themselves.
 """
 
 from __future__ import annotations
@@ -9,9 +10,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
-from coach.domain.invocation import Failure, FunctionRef, Platform, Reply
+from coach.domain.invocation import Failure, FunctionRef, Reply
+from coach.ports import Platform
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -21,19 +26,47 @@ class Together:
     wall_s: float  # from the first request sent to the last reply received
 
 
-def invoke_together(platform: Platform, refs: Sequence[FunctionRef],
-                    payload_for: Callable[[FunctionRef], Mapping], timeout_s: float) -> Together:
-    started = time.monotonic()
-    replies: dict[str, Reply] = {}
-    failure: Failure | None = None
-    with ThreadPoolExecutor(max(len(refs), 1)) as pool:
-        futures = [pool.submit(platform.invoke, ref, payload_for(ref), timeout_s) for ref in refs]
-        for future in as_completed(futures):
-            result = future.result()
+class ThreadFanOut:
+    """Real concurrency for real platforms: one thread per call."""
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        with ThreadPoolExecutor(max(len(items), 1)) as pool:
+            return list(pool.map(fn, items))
+
+    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+                 timeout_s: float) -> Together:
+        started = time.monotonic()
+        replies: dict[str, Reply] = {}
+        failure: Failure | None = None
+        with ThreadPoolExecutor(max(len(refs), 1)) as pool:
+            futures = [pool.submit(platform.invoke, ref, payload_for(ref), timeout_s) for ref in refs]
+            for future in as_completed(futures):
+                result = future.result()
+                if isinstance(result, Reply):
+                    replies[result.function] = result
+                elif failure is None:
+                    failure = result
+                    for ref in refs:  # the others would wait for it until their deadline
+                        platform.cancel(ref)
+        return Together(replies, failure, time.monotonic() - started)
+
+
+class SequentialFanOut:
+    """For platforms that answer at once with a simulated duration: the step lasts as long as its slowest call."""
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        return [fn(item) for item in items]
+
+    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+                 timeout_s: float) -> Together:
+        replies: dict[str, Reply] = {}
+        failure: Failure | None = None
+        wall_s = 0.0
+        for ref in refs:
+            result = platform.invoke(ref, payload_for(ref), timeout_s)
+            wall_s = max(wall_s, result.duration_s)
             if isinstance(result, Reply):
                 replies[result.function] = result
             elif failure is None:
                 failure = result
-                for ref in refs:  # the others would wait for it until their deadline
-                    platform.cancel(ref)
-    return Together(replies, failure, time.monotonic() - started)
+        return Together(replies, failure, wall_s)

@@ -1,8 +1,14 @@
-"""Cost of an epoch: price x slot-seconds of every function it used. Pure."""
+"""What an epoch costs and is predicted to cost: price x slot-seconds. Pure.
+
+One module for every cost prediction: from the last measured epoch (scaled by slots) and from a fitted speed.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import math
+from typing import Mapping
+
+from coach.domain.identity import slots_for
 
 
 def epoch_cost(duration_s_by_function: Mapping[str, float], node_by_function: Mapping[str, str],
@@ -14,6 +20,16 @@ def epoch_cost(duration_s_by_function: Mapping[str, float], node_by_function: Ma
     )
 
 
-def predict_next_epoch_cost(costs: Sequence[float]) -> float | None:
-    """Static counts: the next epoch costs what the last one did; None before any epoch."""
-    return costs[-1] if costs else None
+def cost_like_last(last_cost: float | None, last_counts: tuple[int, int] | None,
+                   counts: tuple[int, int]) -> float | None:
+    """The next epoch costs what the last one did, scaled by the slots it uses; None before any epoch."""
+    if last_cost is None or last_counts is None:
+        return None
+    return last_cost * slots_for(*counts) / slots_for(*last_counts)
+
+
+def cost_from_speed(epochs_per_s: float, workers: int, servers: int, price_per_slot_s: float) -> float:
+    """slots x predicted epoch time x price; infinite when the speed predicts no progress."""
+    if not (math.isfinite(epochs_per_s) and epochs_per_s > 0):
+        return math.inf
+    return slots_for(workers, servers) / epochs_per_s * price_per_slot_s

@@ -1,9 +1,11 @@
-"""Turn one epoch's replies into the numbers a record needs. Pure."""
+"""Turn one epoch's worker replies into the numbers a record needs. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
+
+from coach.domain.contracts import WorkerReply
 
 
 @dataclass(frozen=True)
@@ -20,21 +22,21 @@ class BadReplies(ValueError):
     """The workers' replies do not describe one consistent epoch."""
 
 
-def aggregate(worker_replies: Sequence[Mapping], num_workers: int) -> EpochMetrics:
+def aggregate(worker_replies: Sequence[WorkerReply], num_workers: int) -> EpochMetrics:
     if len(worker_replies) != num_workers:
         raise BadReplies(f"{len(worker_replies)} worker replies for {num_workers} workers")
-    ranks = sorted(int(r["rank"]) for r in worker_replies)
+    ranks = sorted(r.rank for r in worker_replies)
     if ranks != list(range(num_workers)):
         raise BadReplies(f"worker ranks {ranks}, expected 0..{num_workers - 1}")
-    samples = sum(int(r["samples"]) for r in worker_replies)
+    samples = sum(r.samples for r in worker_replies)
     if samples <= 0:
         raise BadReplies("no samples trained")
-    rank0 = next(r for r in worker_replies if int(r["rank"]) == 0)
+    rank0 = next(r for r in worker_replies if r.rank == 0)
     return EpochMetrics(
-        loss=sum(float(r["loss_sum"]) for r in worker_replies) / samples,
-        train_accuracy=sum(int(r["correct"]) for r in worker_replies) / samples,
+        loss=sum(r.loss_sum for r in worker_replies) / samples,
+        train_accuracy=sum(r.correct for r in worker_replies) / samples,
         samples=samples,
-        val_loss=rank0.get("val_loss"),
-        accuracy=rank0.get("val_accuracy"),
-        compute_s=max(float(r["compute_s"]) for r in worker_replies),
+        val_loss=rank0.val_loss,
+        accuracy=rank0.val_accuracy,
+        compute_s=max(r.compute_s for r in worker_replies),
     )

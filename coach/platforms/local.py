@@ -19,8 +19,18 @@ from typing import Mapping
 
 import requests
 
-from coach.domain.invocation import ROLE_HANDLERS, Failure, FunctionRef, Reply
+from coach.domain.contracts import EpochRequest, WarmRequest
+from coach.domain.identity import FunctionId, Role
+from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
+
+#: Nuclio handler of each parameter-server role (`spec.handler` in functions/<role>/function.yaml).
+ROLE_HANDLERS: Mapping[Role, str] = {
+    Role.SCHEDULER: "functions.scheduler.main:handler",
+    Role.SERVER: "functions.server.main:handler",
+    Role.WORKER: "functions.worker.main:handler",
+}
+LOOPBACK = "127.0.0.1"  # every node of the embedded platform is this machine
 
 READY_TIMEOUT_S = 120.0  # a cold host imports MXNet; two cores shared by many hosts can be slow
 CANCEL_TIMEOUT_S = 5.0
@@ -44,26 +54,24 @@ class LocalPlatform:
         self._closed = False
         self._session = threading.local()
 
-    def deploy(self, name: str, role: str, node: str) -> FunctionRef | Failure:
-        handler = ROLE_HANDLERS.get(role)
-        if handler is None:
-            return Failure(name, "deploy", f"unknown role {role!r}")
+    def deploy(self, fid: FunctionId, node: str) -> FunctionRef | Failure:
+        name, handler = fid.name, ROLE_HANDLERS[fid.role]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(self.log_dir / f"{name}.log", "ab") as log:
             cmd = [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name, "--parent-pid", str(os.getpid())]
             with self._lock:
                 if self._closed:
-                    return Failure(name, "deploy", "platform is shutting down")
+                    return Failure(name, DEPLOY, "platform is shutting down")
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                         env=self.env)
                 self._procs[name] = proc
         port = self._await_ready(proc, started + READY_TIMEOUT_S)
         if port is None:
             self._kill(name)
-            return Failure(name, "deploy", f"host did not become ready (see {self.log_dir / (name + '.log')})",
+            return Failure(name, DEPLOY, f"host did not become ready (see {self.log_dir / (name + '.log')})",
                            time.monotonic() - started)
-        return FunctionRef(name=name, role=role, node=node, url=f"http://127.0.0.1:{port}/")
+        return FunctionRef(fid=fid, node=node, url=f"http://{LOOPBACK}:{port}/", host=LOOPBACK)
 
     @staticmethod
     def _await_ready(proc: subprocess.Popen, deadline: float) -> int | None:
@@ -90,14 +98,14 @@ class LocalPlatform:
             session.headers[TOKEN_HEADER] = self.token
         return session
 
-    def invoke(self, ref: FunctionRef, payload: Mapping, timeout_s: float) -> Reply | Failure:
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
         started = time.monotonic()
         try:
-            response = self._http().post(ref.url, json=dict(payload), timeout=(5.0, timeout_s))
+            response = self._http().post(ref.url, json=request.to_dict(), timeout=(5.0, timeout_s))
         except requests.Timeout:
-            return Failure(ref.name, "timeout", f"no reply within {timeout_s:g} s", time.monotonic() - started)
+            return Failure(ref.name, TIMEOUT, f"no reply within {timeout_s:g} s", time.monotonic() - started)
         except requests.RequestException as error:
-            return Failure(ref.name, "unreachable", type(error).__name__, time.monotonic() - started)
+            return Failure(ref.name, UNREACHABLE, type(error).__name__, time.monotonic() - started)
         duration_s = time.monotonic() - started
         try:
             body = response.json()
@@ -105,7 +113,7 @@ class LocalPlatform:
             body = {"error": response.text[:200]}
         if response.status_code != 200:
             message = str(body.get("error", f"HTTP {response.status_code}")).splitlines()[0]
-            kind = {504: "timeout", 400: "rejected", 403: "rejected", 422: "rejected"}.get(response.status_code, "error")
+            kind = {504: TIMEOUT, 400: REJECTED, 403: REJECTED, 422: REJECTED}.get(response.status_code, ERROR)
             return Failure(ref.name, kind, message, duration_s, body)
         return Reply(ref.name, body, duration_s)
 
@@ -116,7 +124,7 @@ class LocalPlatform:
             pass  # a dead host has nothing left to cancel
 
     def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]:
-        return "127.0.0.1", free_port()
+        return scheduler.host, free_port(scheduler.host)
 
     def remove(self, ref: FunctionRef) -> None:
         self._kill(ref.name)
@@ -135,10 +143,6 @@ class LocalPlatform:
                 proc.wait()
         if proc.stdout:
             proc.stdout.close()
-
-    def live_functions(self) -> list[str]:
-        with self._lock:
-            return sorted(name for name, proc in self._procs.items() if proc.poll() is None)
 
     def close(self) -> None:
         """Kill every host; in-flight invocations then fail as `unreachable`."""

@@ -36,14 +36,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+from coach.domain.identity import slots_for
+from coach.model.cost import cost_from_speed
+
 GAIN, BUDGET, CAPACITY, LIMIT = "gain", "budget", "capacity", "limit"
 START_WORKERS, START_SERVERS = 1, 1
 WORKER, SERVER = "worker", "server"
-
-
-def slots_for(workers: int, servers: int) -> int:
-    """Slots a job of `workers` workers and `servers` servers occupies: one more for the MXNet PS scheduler."""
-    return workers + servers + 1
 
 
 START_SLOTS = slots_for(START_WORKERS, START_SERVERS)
@@ -127,10 +125,7 @@ def predicted_epoch_cost(speed: SpeedModel, workers: int, servers: int, price_pe
     return _cost(float(speed.epochs_per_s(workers, servers)), workers, servers, price_per_slot_s)
 
 
-def _cost(epochs_per_s: float, workers: int, servers: int, price_per_slot_s: float) -> float:
-    if not _usable(epochs_per_s):
-        return math.inf
-    return slots_for(workers, servers) / epochs_per_s * price_per_slot_s
+_cost = cost_from_speed
 
 
 @dataclass(frozen=True)

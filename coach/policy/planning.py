@@ -1,50 +1,23 @@
-"""From a job's log records to its next decision: observations, fits, remaining epochs, counts. Pure.
+"""From what a job has done to its next counts: fits, remaining epochs, and the greedy allocation. Pure.
 
-The live controller and `coach plan` both call `plan()`, so what a user previews is what a run would do.
+The `coach` policy plans every dynamic job of a run at once through `plan_jobs`; `coach plan` asks the same
+policy about one job, so what a user previews is what a run would do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from coach.domain.jobs import JobSpec
 from coach.model.convergence import RemainingEpochs, remaining_epochs
-from coach.model.speed import SpeedFit, SpeedObservation, fit_speed
+from coach.model.speed import SpeedFit, fit_speed
 from coach.policy.allocation import Allocation, JobDemand, allocate
-from coach.policy.stopping import stop_metric
+from coach.policy.history import History
 
 #: Calibration varies workers and servers independently (Optimus sampled only w = s, which leaves the surface
 #: unidentifiable); all four points fit in the functions of (2, 2).
 CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))
-SPEED_PHASES = frozenset({"calibration", "training"})
-
-
-def full_epoch_time_s(epoch_time_s: float, compute_s: float | None, data_fraction: float) -> float:
-    """A mini-epoch on a fraction q of the data, scaled to a full epoch.
-
-    Only the training loop scales with the data; the fixed part (rendezvous, checkpoint load and save,
-    validation) is paid once per epoch whatever q is, so it is not multiplied by 1/q.
-    """
-    if compute_s is None or compute_s > epoch_time_s:
-        return epoch_time_s / data_fraction
-    return (epoch_time_s - compute_s) + compute_s / data_fraction
-
-
-def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
-    """Speed observations from every calibration and training epoch of a log."""
-    found = []
-    for r in records:
-        if r.get("phase") not in SPEED_PHASES or not r.get("epoch_time_s") or not r.get("workers"):
-            continue
-        full_s = full_epoch_time_s(float(r["epoch_time_s"]), r.get("compute_s"), float(r.get("data_fraction", 1.0)))
-        found.append(SpeedObservation(int(r["workers"]), int(r["servers"]), 1.0 / full_s))
-    return found
-
-
-def training_metrics(records: Sequence[Mapping]) -> list[float]:
-    """The stop metric of every training epoch, in order (calibration mini-epochs are not epochs)."""
-    return [stop_metric(r["loss"], r.get("val_loss")) for r in records if r.get("phase") == "training"]
 
 
 @dataclass(frozen=True)
@@ -75,14 +48,34 @@ class Plan:
         }
 
 
-def plan(spec: JobSpec, records: Sequence[Mapping], free_slots: int, budget_left: float,
-         price_per_slot_s: float, min_gain: float = 0.05) -> Plan:
-    """Fit on every observation so far and choose (workers, servers) for the next epoch."""
-    speed = fit_speed(observations(records))
-    remaining = remaining_epochs(training_metrics(records), spec.target_loss, spec.consecutive, spec.max_epochs)
-    # at max_epochs nothing remains; a decision is still asked of `coach plan`, so plan for one more epoch
-    demand = JobDemand(job=spec.name, speed=speed, remaining_epochs=max(remaining.epochs, 1.0),
-                       remaining_budget=max(budget_left, 0.0), price_per_slot_s=price_per_slot_s,
-                       max_workers=spec.max_workers, max_servers=spec.max_servers)
-    allocation = allocate([demand], free_slots, min_gain)[spec.name]
-    return Plan(speed, remaining, allocation, budget_left, free_slots)
+@dataclass(frozen=True)
+class PlanInput:
+    """One dynamic job as the planner sees it."""
+
+    spec: JobSpec  # targets and limits
+    history: History  # what it has measured
+    budget_left: float  # money it has left
+
+
+def plan_jobs(jobs: Sequence[PlanInput], free_slots: int, price_per_slot_s: float,
+              min_gain: float = 0.05) -> dict[str, Plan]:
+    """Fit every job on its observations so far, then one greedy allocation across all of them."""
+    fits = {}
+    demands = []
+    for job in jobs:
+        speed = fit_speed(list(job.history.observations))
+        remaining = remaining_epochs(list(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
+                                     job.spec.max_epochs)
+        fits[job.spec.name] = (speed, remaining)
+        # at max_epochs nothing remains; a decision is still asked of `coach plan`, so plan for one more epoch
+        demands.append(JobDemand(job=job.spec.name, speed=speed, remaining_epochs=max(remaining.epochs, 1.0),
+                                 remaining_budget=max(job.budget_left, 0.0), price_per_slot_s=price_per_slot_s,
+                                 max_workers=job.spec.max_workers, max_servers=job.spec.max_servers))
+    allocations = allocate(demands, free_slots, min_gain)
+    return {job.spec.name: Plan(*fits[job.spec.name], allocations[job.spec.name], job.budget_left, free_slots)
+            for job in jobs}
+
+
+def plan(spec: JobSpec, history: History, free_slots: int, budget_left: float, price_per_slot_s: float) -> Plan:
+    """One job alone: fit on every observation so far and choose (workers, servers) for the next epoch."""
+    return plan_jobs([PlanInput(spec, history, budget_left)], free_slots, price_per_slot_s)[spec.name]

@@ -1,37 +1,68 @@
-"""Checkpoint store: where a job's parameters and optimizer state live between epochs.
+"""Checkpoint stores: where a job's parameters and optimizer state live between epochs.
 
 Functions are stateless; worker rank 0 writes `<prefix>.params` and `<prefix>.states` atomically, and the
-controller passes the newest complete prefix to every worker of the next epoch. Side effects: creates folders.
+controller passes the newest complete prefix to every worker of the next epoch. The file store is addressed as
+`file:///abs/folder` and hands out absolute path prefixes (what functions on this machine write to); an `s3://`
+store is the next implementation. The memory store serves simulated runs, where nothing is written.
+Side effects: the file store creates folders and deletes old checkpoints.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SUFFIXES = (".params", ".states")
 
 
 @dataclass(frozen=True)
-class CheckpointStore:
+class FileCheckpointStore:
     root: Path  # <run dir>/checkpoints
+
+    @property
+    def url(self) -> str:
+        return self.root.resolve().as_uri()
 
     def prefix(self, job: str, tag: str) -> str:
         """Where the step `tag` (e.g. `epoch-0003`, `calibration-2`) of `job` saves its checkpoint."""
         folder = self.root / job
         folder.mkdir(parents=True, exist_ok=True)
-        return str(folder / tag)
+        return str(folder.resolve() / tag)
 
-    @staticmethod
-    def complete(prefix: str | None) -> bool:
+    def complete(self, prefix: str | None) -> bool:
         """True when both files of a checkpoint exist (rank 0 renames each into place when done)."""
         return bool(prefix) and all(Path(prefix + s).is_file() for s in SUFFIXES)
 
     def prune(self, job: str, keep: str) -> int:
         """Delete the job's checkpoints other than `keep` (the newest complete one); returns files removed."""
         removed = 0
-        for path in (self.root / job).iterdir():
-            if not str(path).startswith(keep + "."):
+        folder = self.root / job
+        if not folder.is_dir():
+            return 0
+        keep = str(Path(keep).resolve())
+        for path in folder.iterdir():
+            if not str(path.resolve()).startswith(keep + "."):
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+
+@dataclass
+class MemoryCheckpointStore:
+    """Checkpoints that are only names: a simulated worker marks what it 'saved'."""
+
+    saved: set[str] = field(default_factory=set)
+
+    def prefix(self, job: str, tag: str) -> str:
+        return f"mem://{job}/{tag}"
+
+    def mark_saved(self, prefix: str) -> None:
+        self.saved.add(prefix)
+
+    def complete(self, prefix: str | None) -> bool:
+        return prefix in self.saved
+
+    def prune(self, job: str, keep: str) -> int:
+        old = {p for p in self.saved if p.startswith(f"mem://{job}/") and p != keep}
+        self.saved -= old
+        return len(old)

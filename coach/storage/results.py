@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from coach.domain.records import EpochRecord
+
 
 def new_run_id(now_s: float | None = None) -> str:
     """Sortable and unique: UTC time plus a short random suffix."""
@@ -94,3 +96,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+
+
+class MemorySink:
+    """A job's records kept in memory (simulations that write no files, and tests)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.closed = False
+
+    def append(self, record: EpochRecord) -> None:
+        self.records.append(json.loads(record.to_json()))
+
+    def close(self) -> None:
+        self.closed = True

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from coach.domain.contracts import WorkerReply
 from coach.model.epochs import BadReplies, EpochMetrics, aggregate
-from coach.model.cost import epoch_cost, predict_next_epoch_cost
+from coach.model.cost import cost_like_last, epoch_cost
 
 
-def reply(rank: int, samples: int, loss_sum: float, correct: int, compute_s: float, **extra) -> dict:
-    """One worker's reply, as functions.runtime.run_worker_epoch builds it."""
-    return {"rank": rank, "samples": samples, "loss_sum": loss_sum, "correct": correct, "compute_s": compute_s,
-            "loss": loss_sum / samples if samples else 0.0, **extra}
+def reply(rank: int, samples: int, loss_sum: float, correct: int, compute_s: float, **extra) -> WorkerReply:
+    """One worker's typed reply, as functions.runtime.run_worker_epoch sends it."""
+    return WorkerReply(rank=rank, num_workers=2, loss_sum=loss_sum, samples=samples, correct=correct,
+                       compute_s=compute_s, checkpoint_saved=None, **extra)
 
 
 # rank 0: 100 samples, mean loss 0.2; rank 1: 300 samples, mean loss 0.6.
@@ -25,11 +28,11 @@ def test_aggregate_weights_each_worker_by_its_samples():
 
     assert metrics == EpochMetrics(loss=0.5, train_accuracy=0.6, samples=400, val_loss=0.35, accuracy=0.9,
                                    compute_s=2.25)
-    assert metrics.loss != (RANK0["loss"] + RANK1["loss"]) / 2  # not the mean of the workers' means
+    assert metrics.loss != (RANK0.loss_sum / RANK0.samples + RANK1.loss_sum / RANK1.samples) / 2  # not the mean of the workers' means
 
 
 def test_aggregate_takes_validation_numbers_from_rank_0_whatever_the_reply_order():
-    rank1_with_other_val = {**RANK1, "val_loss": 9.9, "val_accuracy": 0.1}
+    rank1_with_other_val = replace(RANK1, val_loss=9.9, val_accuracy=0.1)
 
     metrics = aggregate([rank1_with_other_val, RANK0], num_workers=2)
 
@@ -56,12 +59,12 @@ def test_a_missing_worker_reply_is_bad():
 
 def test_two_replies_with_the_same_rank_are_bad():
     with pytest.raises(BadReplies, match=r"^worker ranks \[0, 0\], expected 0\.\.1$"):
-        aggregate([RANK0, {**RANK1, "rank": 0}], num_workers=2)
+        aggregate([RANK0, replace(RANK1, rank=0)], num_workers=2)
 
 
 def test_a_rank_outside_the_worker_count_is_bad():
     with pytest.raises(BadReplies, match=r"^worker ranks \[0, 2\], expected 0\.\.1$"):
-        aggregate([RANK0, {**RANK1, "rank": 2}], num_workers=2)
+        aggregate([RANK0, replace(RANK1, rank=2)], num_workers=2)
 
 
 def test_an_epoch_without_samples_is_bad():
@@ -96,8 +99,12 @@ def test_an_epoch_without_functions_costs_nothing():
 
 
 def test_there_is_no_prediction_before_the_first_epoch():
-    assert predict_next_epoch_cost([]) is None
+    assert cost_like_last(None, None, (2, 1)) is None
 
 
 def test_the_next_epoch_is_predicted_to_cost_what_the_last_one_did():
-    assert predict_next_epoch_cost([1.0, 3.5, 2.25]) == 2.25
+    assert cost_like_last(2.25, (2, 1), (2, 1)) == 2.25
+
+
+def test_a_prediction_at_other_counts_scales_with_the_slots():
+    assert cost_like_last(2.0, (1, 1), (2, 2)) == 2.0 * 5 / 3

@@ -10,7 +10,8 @@ import pytest
 
 from coach.ui.cli import main
 from coach.files.jobs import load_job
-from coach.policy.planning import CALIBRATION_POINTS, full_epoch_time_s, observations, plan, training_metrics
+from coach.policy.history import full_epoch_time_s, history_from_records, observations, training_metrics
+from coach.policy.planning import CALIBRATION_POINTS, plan
 
 # A known surface, in full epochs per second: best at 3 workers, 1 server.
 B1, B2, B3, B4, B5 = 0.05, 3.0, 0.05, 1.0, 0.5
@@ -71,7 +72,7 @@ def test_stopped_lines_are_not_observations_and_calibration_is_not_an_epoch():
 
 
 def test_the_plan_recovers_the_surface_and_picks_its_best_counts(job):
-    decided = plan(job, history(), free_slots=12, budget_left=1.0, price_per_slot_s=0.0001)
+    decided = plan(job, history_from_records(history()), free_slots=12, budget_left=1.0, price_per_slot_s=0.0001)
 
     assert decided.speed.epochs_per_s(3, 1) == pytest.approx(speed(3, 1), rel=1e-3)
     assert (decided.allocation.workers, decided.allocation.servers) == (3, 1)
@@ -83,14 +84,14 @@ def test_the_plan_recovers_the_surface_and_picks_its_best_counts(job):
 
 
 def test_a_plan_that_cannot_pay_for_its_epoch_is_not_affordable(job):
-    decided = plan(job, history(), free_slots=12, budget_left=1e-6, price_per_slot_s=0.0001)
+    decided = plan(job, history_from_records(history()), free_slots=12, budget_left=1e-6, price_per_slot_s=0.0001)
     assert (decided.allocation.workers, decided.allocation.servers) == (1, 1)
     assert decided.allocation.stopped_by == "budget"
     assert not decided.affordable
 
 
 def test_the_plan_respects_the_free_slots(job):
-    decided = plan(job, history(), free_slots=4, budget_left=1.0, price_per_slot_s=0.0001)
+    decided = plan(job, history_from_records(history()), free_slots=4, budget_left=1.0, price_per_slot_s=0.0001)
     assert (decided.allocation.workers, decided.allocation.servers) == (2, 1)
     assert decided.allocation.stopped_by == "capacity"
 

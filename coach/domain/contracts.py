@@ -1,0 +1,302 @@
+"""The epoch request and reply between the controller and `functions/`: typed, versioned, checked on both sides.
+
+The controller builds an `EpochRequest` and sends `to_dict()`; a function rebuilds it with `from_dict`, which
+raises `ContractError` naming the first bad field, in the order `to_dict()` writes them (the function answers
+400 with that line). Requests are strict: an unknown field is an error, so a misspelt optional field (`seed`)
+cannot silently fall back to its default. Replies are lenient about extra fields, because the runtime adds
+`wall_s` and `role` and benchmarks add their own. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+SCHEMA = 1  # bump on any incompatible change; both sides refuse another version
+ROLES = ("scheduler", "server", "worker")
+_LEARNING_RATE_KEYS = ("learning_rate", "lr")  # set by Hyper.learning_rate alone
+_REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "model", "data", "hyper", "checkpoint",
+                 "deadline_s")  # EpochRequest's JSON keys, in the order from_dict checks them
+
+
+class ContractError(ValueError):
+    """A request or reply that does not match the contract; the message names the field."""
+
+    def __init__(self, field_name: str, problem: str):
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+# --------------------------------------------------------------------------- checking one field
+
+
+def _kind_name(kinds: tuple[type, ...]) -> str:
+    if set(kinds) == {int, float}:
+        return "a number"
+    return " or ".join({int: "an integer", float: "a number", str: "a string", dict: "an object",
+                        bool: "a boolean"}.get(k, k.__name__) for k in kinds)
+
+
+def _get(data: Mapping, key: str, where: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+    """The value of `key`, of one of the JSON types `kind`; bool is never a number and floats must be finite."""
+    name = f"{where}{key}"
+    if key not in data or data[key] is None:
+        if optional:
+            return None
+        raise ContractError(name, "required")
+    value = data[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ContractError(name, f"expected {_kind_name(kinds)}, got bool")
+    if not isinstance(value, kinds):
+        raise ContractError(name, f"expected {_kind_name(kinds)}, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ContractError(name, f"must be finite, got {value}")
+    return value
+
+
+def _int(data: Mapping, key: str, where: str, minimum: int | None = None, optional: bool = False) -> int | None:
+    value = _get(data, key, where, int, optional)
+    if value is not None and minimum is not None and value < minimum:
+        raise ContractError(f"{where}{key}", f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(data: Mapping, key: str, where: str, optional: bool = False) -> float | None:
+    value = _get(data, key, where, (int, float), optional)
+    return None if value is None else float(value)
+
+
+def _text(data: Mapping, key: str, where: str, optional: bool = False) -> str | None:
+    """A non-empty string: an empty path or address is a controller bug, not a value."""
+    value = _get(data, key, where, str, optional)
+    if value == "":
+        raise ContractError(f"{where}{key}", "must not be empty")
+    return value
+
+
+def _mapping(data: Mapping, key: str, where: str = "") -> Mapping:
+    return _get(data, key, where, dict)
+
+
+def _only(data: Mapping, allowed: tuple[str, ...], where: str = "") -> None:
+    """Refuse fields the contract does not know (requests only)."""
+    for key in data:
+        if key not in allowed:
+            raise ContractError(f"{where}{key}", "unknown field")
+
+
+def _check_schema(data: Any) -> None:
+    if not isinstance(data, Mapping):
+        raise ContractError("body", f"expected a JSON object, got {type(data).__name__}")
+    if "schema" not in data:  # requests and replies of the first version carried none
+        return
+    schema = data["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
+        raise ContractError("schema", f"version {schema!r} is not supported (this side speaks {SCHEMA})")
+
+
+def _names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class PsAddress:
+    """Where the job's ps-lite scheduler listens, and the counts every role must agree on."""
+
+    root_uri: str  # the PS scheduler's address, as the platform gives it
+    root_port: int  # its port
+    num_servers: int  # servers taking part in this epoch
+    num_workers: int  # workers taking part in this epoch
+    node_host: str  # the address this function's own node is reached at
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping, where: str = "ps.") -> "PsAddress":
+        _only(data, _names(cls), where)
+        root_uri = _text(data, "root_uri", where)
+        port = _int(data, "root_port", where)
+        if not 0 < port < 65536:
+            raise ContractError(f"{where}root_port", f"must be a TCP port (1..65535), got {port}")
+        return cls(root_uri, port, _int(data, "num_servers", where, minimum=1),
+                   _int(data, "num_workers", where, minimum=1), _text(data, "node_host", where))
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """Training hyper-parameters of one epoch."""
+
+    batch_size: int  # per-worker mini-batch
+    optimizer: str  # MXNet optimizer name
+    learning_rate: float
+    optimizer_params: Mapping[str, float] = field(default_factory=dict)  # extra optimizer kwargs
+    seed: int = 0  # seeds initialisation, sharding and shuffling
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "optimizer_params": dict(self.optimizer_params)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping, where: str = "hyper.") -> "Hyper":
+        _only(data, _names(cls), where)
+        batch = _int(data, "batch_size", where, minimum=1)
+        optimizer = _text(data, "optimizer", where)
+        learning_rate = _number(data, "learning_rate", where)
+        if learning_rate <= 0:
+            raise ContractError(f"{where}learning_rate", f"must be > 0, got {learning_rate}")
+        params = _get(data, "optimizer_params", where, dict, optional=True) or {}
+        for key in params:
+            if key in _LEARNING_RATE_KEYS:
+                raise ContractError(f"{where}optimizer_params.{key}", f"not allowed, {where}learning_rate sets it")
+            _get(params, key, f"{where}optimizer_params.", (int, float))
+        seed = _int(data, "seed", where, minimum=0, optional=True)
+        return cls(batch, optimizer, learning_rate, {k: float(v) for k, v in params.items()},
+                   0 if seed is None else seed)
+
+
+@dataclass(frozen=True)
+class EpochRequest:
+    """One epoch of one role: everything a stateless function needs, nothing it must remember."""
+
+    job: str  # job name
+    epoch: int  # 1-based training epoch, 0 for a calibration mini-epoch
+    step: int  # calibration mini-epochs and epochs counted together: seeds the shuffling
+    attempt: int  # 1 for the first try of this step
+    role: str  # "scheduler", "server" or "worker"
+    ps: PsAddress  # rendezvous and counts
+    model_path: str  # the model file every worker imports
+    data_fraction: float  # share of the training data (calibration uses less than 1)
+    hyper: Hyper  # training hyper-parameters
+    checkpoint_load: str | None  # prefix of the checkpoint to start from; None for the first step
+    checkpoint_save: str  # prefix rank 0 saves to
+    deadline_s: float  # the function gives up after this long
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA, "job": self.job, "epoch": self.epoch, "step": self.step, "attempt": self.attempt,
+            "role": self.role, "ps": self.ps.to_dict(), "model": {"path": self.model_path},
+            "data": {"fraction": self.data_fraction}, "hyper": self.hyper.to_dict(),
+            "checkpoint": {"load": self.checkpoint_load, "save": self.checkpoint_save},
+            "deadline_s": self.deadline_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "EpochRequest":
+        _check_schema(data)
+        _only(data, _REQUEST_KEYS)
+        job = _text(data, "job", "")
+        epoch = _int(data, "epoch", "", minimum=0)
+        step = _int(data, "step", "", minimum=0)
+        attempt = _int(data, "attempt", "", minimum=1)
+        role = _get(data, "role", "", str)
+        if role not in ROLES:
+            raise ContractError("role", f"unknown role {role[:40]!r}, expected one of {', '.join(ROLES)}")
+        ps = PsAddress.from_dict(_mapping(data, "ps"))
+        model = _mapping(data, "model")
+        _only(model, ("path",), "model.")
+        model_path = _text(model, "path", "model.")
+        shard = _mapping(data, "data")
+        _only(shard, ("fraction",), "data.")
+        fraction = _number(shard, "fraction", "data.")
+        if not 0 < fraction <= 1:
+            raise ContractError("data.fraction", f"must be in (0, 1], got {fraction}")
+        hyper = Hyper.from_dict(_mapping(data, "hyper"))
+        checkpoint = _mapping(data, "checkpoint")
+        _only(checkpoint, ("load", "save"), "checkpoint.")
+        load = _text(checkpoint, "load", "checkpoint.", optional=True)
+        save = _text(checkpoint, "save", "checkpoint.")
+        deadline = _number(data, "deadline_s", "")
+        if deadline <= 0:
+            raise ContractError("deadline_s", f"must be > 0, got {deadline}")
+        return cls(job=job, epoch=epoch, step=step, attempt=attempt, role=role, ps=ps, model_path=model_path,
+                   data_fraction=fraction, hyper=hyper, checkpoint_load=load, checkpoint_save=save,
+                   deadline_s=deadline)
+
+
+@dataclass(frozen=True)
+class WarmRequest:
+    """Load the model file and its data now, not inside the first timed epoch."""
+
+    model_path: str
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "action": "warm", "model": {"path": self.model_path}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "WarmRequest":
+        _check_schema(data)
+        _only(data, ("schema", "action", "model"))
+        if data.get("action") != "warm":
+            raise ContractError("action", f"expected 'warm', got {data.get('action')!r}")
+        model = _mapping(data, "model")
+        _only(model, ("path",), "model.")
+        return cls(_text(model, "path", "model."))
+
+
+# --------------------------------------------------------------------------- replies
+
+
+@dataclass(frozen=True)
+class WorkerReply:
+    """What one worker reports of its epoch."""
+
+    rank: int  # 0 .. num_workers - 1
+    num_workers: int
+    loss_sum: float  # sum of per-sample losses
+    samples: int  # samples trained on
+    correct: int  # correct predictions while training
+    compute_s: float  # time in the training loop
+    checkpoint_saved: str | None  # rank 0: the prefix it saved, complete on disk
+    val_loss: float | None = None  # rank 0 with validation data: mean loss over the validation set
+    val_accuracy: float | None = None
+    val_samples: int | None = None  # size of the validation set those two were measured on
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, **asdict(self), "loss": self.loss_sum / self.samples if self.samples else None,
+                "accuracy": self.correct / self.samples if self.samples else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "WorkerReply":
+        _check_schema(data)
+        num_workers = _int(data, "num_workers", "", minimum=1)
+        rank = _int(data, "rank", "", minimum=0)
+        if rank >= num_workers:
+            raise ContractError("rank", f"must be below num_workers ({num_workers}), got {rank}")
+        samples = _int(data, "samples", "", minimum=0)
+        correct = _int(data, "correct", "", minimum=0)
+        if correct > samples:
+            raise ContractError("correct", f"must be <= samples ({samples}), got {correct}")
+        compute_s = _number(data, "compute_s", "")
+        if compute_s < 0:
+            raise ContractError("compute_s", f"must be >= 0, got {compute_s}")
+        return cls(
+            rank=rank, num_workers=num_workers, loss_sum=_number(data, "loss_sum", ""), samples=samples,
+            correct=correct, compute_s=compute_s,
+            checkpoint_saved=_text(data, "checkpoint_saved", "", optional=True),
+            val_loss=_number(data, "val_loss", "", optional=True),
+            val_accuracy=_number(data, "val_accuracy", "", optional=True),
+            val_samples=_int(data, "val_samples", "", minimum=1, optional=True))
+
+
+@dataclass(frozen=True)
+class PsNodeReply:
+    """What a PS scheduler or server reports of its epoch: how long it served."""
+
+    compute_s: float  # time from starting the ps-lite role until the last worker left
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "compute_s": self.compute_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "PsNodeReply":
+        _check_schema(data)
+        compute_s = _number(data, "compute_s", "")
+        if compute_s < 0:
+            raise ContractError("compute_s", f"must be >= 0, got {compute_s}")
+        return cls(compute_s)

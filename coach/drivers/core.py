@@ -1,0 +1,253 @@
+"""What every driver does: deliver events to lifecycles and carry their commands out against the ports.
+
+A driver owns the run's lifecycles, asks the run's policy for counts with every job in view, polls the placement
+for the jobs that wait for their quorum, and turns deploys and epochs into events. How time passes and how
+blocking work completes is the subclass's: the live driver uses the wall clock and threads, the virtual-time
+driver a simulated clock and a heap of future events. Side effects: only through the ports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from coach.domain.contracts import ContractError, PsAddress, WarmRequest, WorkerReply
+from coach.domain.identity import FunctionId, Role, has_quorum
+from coach.domain.invocation import ERROR, Failure, FunctionRef
+from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
+from coach.lifecycle import commands as cmd
+from coach.lifecycle import events as ev
+from coach.lifecycle.job import Awaiting, JobLifecycle
+from coach.policy.run_policy import ClusterView, JobView, Policy
+from coach.ports import CheckpointStore, Placement, Platform, RecordSink, View
+
+FanOut = ThreadFanOut | SequentialFanOut
+
+
+@dataclass
+class Ports:
+    """The implementations one run composed from its configuration."""
+
+    placement: Placement
+    platform: Platform
+    store: CheckpointStore
+    sinks: Mapping[str, RecordSink]  # job -> its log
+    view: View
+
+
+@dataclass(frozen=True)
+class Work:
+    """Blocking work a command started; `run()` does it, `to_event(result, now_s)` reports it."""
+
+    job: str
+    run: Callable[[], object]
+    to_event: Callable[[object, float], ev.Event]
+    duration_s: Callable[[object], float]  # how long it took (the virtual driver's clock advances by it)
+
+
+class Driver:
+    """The shared part of the live and virtual-time drivers."""
+
+    def __init__(self, lifecycles: Sequence[JobLifecycle], policy: Policy, cluster: ClusterView, ports: Ports,
+                 fan_out: FanOut, on_finish: Callable[[JobLifecycle, float], None] = lambda lc, now_s: None):
+        self.jobs = {lc.spec.name: lc for lc in lifecycles}
+        self.order = [lc.spec.name for lc in lifecycles]  # submission order
+        self.policy = policy
+        self.cluster = cluster
+        self.ports = ports
+        self.fan_out = fan_out
+        self.on_finish = on_finish
+        self.refs: dict[FunctionId, FunctionRef] = {}  # deployed functions of every job
+        self._asking: set[str] = set()
+        self._placement_changed = False
+        ports.placement.register(self.order)
+
+    # -- to be provided by a subclass -------------------------------------------------------------------------
+    def now_s(self) -> float:
+        raise NotImplementedError
+
+    def start_work(self, work: Work) -> None:
+        """Run blocking work; its event reaches `deliver` when it is done."""
+        raise NotImplementedError
+
+    def set_timer(self, job: str, at_s: float) -> None:
+        """Deliver the job's timer (TimerFired, or a placement poll while it waits for its quorum) at `at_s`."""
+        raise NotImplementedError
+
+    # -- delivering ---------------------------------------------------------------------------------------------
+    def deliver(self, job: str, event: ev.Event) -> None:
+        """One event to one job, its commands carried out, then whatever rounds they call for."""
+        self._dispatch(job, event)
+        self.settle()
+
+    def timer(self, job: str) -> None:
+        """A job's timer came: a placement poll while it waits for its quorum, else TimerFired."""
+        lc = self.jobs[job]
+        if lc.awaiting == Awaiting.BINDINGS:
+            self._poll(job)
+        else:
+            self._dispatch(job, ev.TimerFired(self.now_s()))
+        self.settle()
+
+    def _dispatch(self, job: str, event: ev.Event) -> None:
+        lc = self.jobs[job]
+        try:
+            commands = lc.handle(event)
+        except Exception as error:  # a bug in one job must not take the others down
+            commands = lc.crash(self.now_s(), error)
+        for command in commands:
+            self._execute(job, command)
+        self.ports.view.update(lc.status())
+
+    def settle(self) -> None:
+        """Answer what the last events asked for: policy decisions and placement polls, until nothing changes."""
+        while True:
+            if self._asking:
+                self._policy_round()
+            elif self._placement_changed:
+                self._placement_changed = False
+                for job in self.order:
+                    if self.jobs[job].awaiting == Awaiting.BINDINGS:
+                        self._poll(job)
+            else:
+                return
+
+    def poll_waiting(self) -> None:
+        """Let the scheduler retry pending pods (its backoffs are timed) for every job that waits."""
+        self._placement_changed = True
+        self.settle()
+
+    def stop_all(self) -> None:
+        for job in self.order:
+            if not self.jobs[job].done:
+                self._dispatch(job, ev.StopRequested(self.now_s()))
+        self.settle()
+
+    @property
+    def finished(self) -> bool:
+        return all(lc.done for lc in self.jobs.values())
+
+    def _poll(self, job: str) -> None:
+        now_s = self.now_s()
+        bound = self.ports.placement.poll(job, now_s)
+        why = "" if has_quorum(bound) else self.ports.placement.explain(job, now_s)
+        self._dispatch(job, ev.Bindings(now_s, bound, why))
+
+    def _policy_round(self) -> None:
+        """The run's policy decides for every unfinished job at once; the asking ones get their answer."""
+        asking, self._asking = self._asking, set()
+        views = [JobView(lc.spec, lc.history, lc.held_slots, name in asking)
+                 for name, lc in ((n, self.jobs[n]) for n in self.order) if not lc.done]
+        now_s = self.now_s()
+        decisions = self.policy.decide(self.cluster, views, now_s)
+        for job in self.order:
+            if job in asking:
+                self._dispatch(job, ev.Decided(now_s, decisions[job]))
+
+    # -- commands -------------------------------------------------------------------------------------------
+    def _execute(self, job: str, command: cmd.Command) -> None:
+        ports = self.ports
+        if isinstance(command, cmd.AskPolicy):
+            self._asking.add(job)
+        elif isinstance(command, cmd.Submit):
+            ports.placement.submit(job, command.ids)
+            self._placement_changed = True
+        elif isinstance(command, cmd.Release):
+            ports.placement.release(command.ids)
+            self._placement_changed = True
+        elif isinstance(command, cmd.WatchPlacement):
+            self._placement_changed = True
+            self.set_timer(job, command.deadline_s)
+        elif isinstance(command, cmd.WaitUntil):
+            self.set_timer(job, command.at_s)
+        elif isinstance(command, cmd.Deploy):
+            self.start_work(self._deploy_work(job, command))
+        elif isinstance(command, cmd.Remove):
+            refs = [self.refs.pop(fid) for fid in command.ids if fid in self.refs]
+            if refs:
+                self.start_work(Work(job, lambda: [ports.platform.remove(r) for r in refs], lambda r, t: None,
+                                     lambda r: 0.0))
+        elif isinstance(command, cmd.InvokeEpoch):
+            self.start_work(self._epoch_work(job, command))
+        elif isinstance(command, cmd.WriteRecord):
+            ports.sinks[job].append(command.record)
+        elif isinstance(command, cmd.PruneCheckpoints):
+            ports.store.prune(job, command.keep)
+        elif isinstance(command, cmd.Finish):
+            ports.sinks[job].close()
+            self.on_finish(self.jobs[job], self.now_s())
+        else:
+            raise TypeError(f"unknown command {command!r}")
+
+    def _deploy_work(self, job: str, command: cmd.Deploy) -> Work:
+        platform, fan_out = self.ports.platform, self.fan_out
+
+        def run() -> tuple[list[FunctionRef], Failure | None, float]:
+            results = fan_out.map(lambda pair: platform.deploy(*pair), command.placements)
+            refs = [r for r in results if isinstance(r, FunctionRef)]
+            failures = [r for r in results if isinstance(r, Failure)]
+            took_s = max((getattr(r, "duration_s", 0.0) for r in failures), default=0.0)
+            workers = [r for r in refs if r.fid.role == Role.WORKER]
+            if not failures and workers:  # load the model and its data now, not inside the first timed epoch
+                warm = WarmRequest(command.model_path)
+                warmed = fan_out.together(platform, workers, lambda ref: warm, 600.0)
+                took_s = max(took_s, warmed.wall_s)
+                if warmed.failure:
+                    failures.append(warmed.failure)
+            return refs, (failures[0] if failures else None), took_s
+
+        def to_event(result, now_s: float) -> ev.Event:
+            refs, failure, _ = result
+            self.refs.update({ref.fid: ref for ref in refs})
+            return ev.Deployed(now_s, tuple(ref.fid for ref in refs), failure)
+
+        return Work(job, run, to_event, lambda result: result[2])
+
+    def _epoch_work(self, job: str, command: cmd.InvokeEpoch) -> Work:
+        platform, store, fan_out = self.ports.platform, self.ports.store, self.fan_out
+        refs = [self.refs[fid] for fid, _ in command.functions]
+        started_s = self.now_s()
+
+        def run():
+            scheduler = next(ref for ref in refs if ref.fid.role == Role.SCHEDULER)
+            root_uri, root_port = platform.rendezvous_address(scheduler)
+            save = store.prefix(job, command.save_tag)
+
+            def request_for(ref: FunctionRef):
+                ps = PsAddress(root_uri, root_port, command.servers, command.workers, ref.host)
+                return command.request(ref.fid, ps, save)
+
+            together = fan_out.together(platform, refs, request_for, command.timeout_s)
+            return epoch_result(together, refs, store)
+
+        def to_event(result, now_s: float) -> ev.Event:
+            failure, replies, durations, wall_s, checkpoint = result
+            if failure is not None:
+                return ev.EpochFailed(now_s, failure, durations)
+            return ev.EpochDone(now_s, started_s, wall_s, replies, durations, checkpoint)
+
+        return Work(job, run, to_event, lambda result: result[3])
+
+
+def epoch_result(together: Together, refs: Sequence[FunctionRef], store: CheckpointStore):
+    """(failure, worker replies, slot seconds per function, wall seconds, checkpoint) from an epoch's replies."""
+    by_name = {ref.name: ref for ref in refs}
+    durations = {by_name[name].fid: reply.duration_s for name, reply in together.replies.items()}
+    if together.failure is not None:
+        failed = by_name.get(together.failure.function)
+        if failed is not None:
+            durations[failed.fid] = together.failure.duration_s
+        return together.failure, {}, durations, together.wall_s, None
+    replies: dict[FunctionId, WorkerReply] = {}
+    for name, reply in together.replies.items():
+        if by_name[name].fid.role != Role.WORKER:
+            continue
+        try:
+            replies[by_name[name].fid] = WorkerReply.from_dict(reply.body)
+        except ContractError as error:
+            return Failure(name, ERROR, f"reply: {error}", reply.duration_s), {}, durations, together.wall_s, None
+    rank0 = [r for r in replies.values() if r.rank == 0]
+    saved = rank0[0].checkpoint_saved if rank0 else None
+    checkpoint = saved if saved and store.complete(saved) else None
+    return None, replies, durations, together.wall_s, checkpoint
+

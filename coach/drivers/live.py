@@ -1,0 +1,103 @@
+"""The live driver: lifecycles over real ports, with the wall clock, threads for blocking work, and signals.
+
+One loop thread delivers every event and carries every command out, so lifecycles, the policy and the
+placement are only ever touched from it; deploys, epochs and removals run on a thread pool and come back as
+events. A stop (Ctrl-C, SIGTERM, `stop_event`) closes the platform, so in-flight epochs fail at once and every
+job records `interrupted`. Side effects: through the ports; threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
+
+from coach.drivers.core import Driver, Work
+from coach.lifecycle import events as ev
+
+POLL_S = 0.2  # how often jobs that wait for their quorum see the scheduler again
+
+
+class WallClock:
+    """Seconds since the Unix epoch."""
+
+    def now_s(self) -> float:
+        return time.time()
+
+
+class LiveDriver(Driver):
+    def __init__(self, *args, stop_event: threading.Event | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop_event = stop_event or threading.Event()
+        self.clock = WallClock()
+        self._done: queue.SimpleQueue[tuple[Work, Future]] = queue.SimpleQueue()
+        self._timers: list[tuple[float, int, str]] = []
+        self._timer_at: dict[str, float] = {}
+        self._seq = itertools.count()
+        self._inflight = 0
+        self._pool = ThreadPoolExecutor(max(4, 3 * len(self.jobs)), thread_name_prefix="coach-work")
+
+    def now_s(self) -> float:
+        return self.clock.now_s()
+
+    def start_work(self, work: Work) -> None:
+        self._inflight += 1
+        future = self._pool.submit(work.run)
+        future.add_done_callback(lambda done: self._done.put((work, done)))
+
+    def set_timer(self, job: str, at_s: float) -> None:
+        self._timer_at[job] = at_s
+        heapq.heappush(self._timers, (at_s, next(self._seq), job))
+
+    def run(self, first_events: Sequence[tuple[str, ev.Event]]) -> None:
+        """Deliver the first events (Start or Resume, in submission order), then run until every job is done."""
+        try:
+            for job, event in first_events:
+                self.deliver(job, event)
+            stopping = False
+            next_poll_s = time.monotonic() + POLL_S
+            while not (self.finished and self._inflight == 0):
+                if self.stop_event.is_set() and not stopping:
+                    stopping = True
+                    self.ports.platform.close()  # in-flight epochs fail at once
+                    self.stop_all()
+                self._wait_for_work(min(POLL_S, self._until_next_timer_s()))
+                self._fire_timers()
+                if time.monotonic() >= next_poll_s:
+                    next_poll_s = time.monotonic() + POLL_S
+                    self.poll_waiting()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def _until_next_timer_s(self) -> float:
+        return max(self._timers[0][0] - self.now_s(), 0.0) if self._timers else POLL_S
+
+    def _wait_for_work(self, timeout_s: float) -> None:
+        try:
+            work, future = self._done.get(timeout=max(timeout_s, 0.001))
+        except queue.Empty:
+            return
+        self._inflight -= 1
+        try:
+            result = future.result()
+        except Exception as error:  # a bug in a port: the job stops with its name, the run goes on
+            lc = self.jobs[work.job]
+            for command in lc.crash(self.now_s(), error):
+                self._execute(work.job, command)
+            self.settle()
+            return
+        event = work.to_event(result, self.now_s())
+        if event is not None:
+            self.deliver(work.job, event)
+
+    def _fire_timers(self) -> None:
+        now_s = self.now_s()
+        while self._timers and self._timers[0][0] <= now_s:
+            at_s, _, job = heapq.heappop(self._timers)
+            if self._timer_at.get(job) == at_s:
+                del self._timer_at[job]
+                self.timer(job)

@@ -1,0 +1,453 @@
+"""One job's lifecycle: events in, commands out. Pure: no clock, no sleep, no threads, no I/O.
+
+Every decision of a job lives here — which calibration step is next, when to ask the run's policy, the quorum
+wait and its requeue bound, the retry bound and its backoff (returned as WaitUntil, never slept), what every
+step cost, and why the job stops. A driver (coach.drivers) delivers events with the current time inside and
+carries the commands out against the ports; the live driver and the virtual-time driver run this same class.
+
+The steps of a job:
+  calibration (the policy's points; placement of the largest one once) -> for every epoch: AskPolicy ->
+  Decided -> Submit/Release -> WatchPlacement -> Bindings with quorum -> Deploy the new ones -> InvokeEpoch
+  -> EpochDone (record, stop?) or EpochFailed (retry after a backoff on fresh functions, or stop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Mapping
+
+from coach.domain.cluster import ClusterSpec
+from coach.domain.contracts import Hyper
+from coach.domain.identity import FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts
+from coach.domain.invocation import Failure
+from coach.domain.jobs import JobSpec
+from coach.domain.records import EpochRecord, iso
+from coach.domain.status import JobStatus
+from coach.lifecycle import commands as cmd
+from coach.lifecycle import events as ev
+from coach.model.cost import cost_like_last, epoch_cost
+from coach.model.epochs import BadReplies, aggregate
+from coach.policy.history import History, observation
+from coach.policy.run_policy import Counts, Wait
+from coach.policy.stopping import StopInputs, decide, stop_metric
+
+INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
+MAX_REQUEUES = 5  # a job that misses its quorum this often stops as unschedulable
+REQUEUE_BACKOFF_S = 1.0  # first wait after giving slots back; doubles per requeue
+MAX_REQUEUE_BACKOFF_S = 30.0
+RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per attempt
+MAX_RETRY_BACKOFF_S = 8.0
+POLICY_WAIT_S = 1.0  # a job the policy told to wait asks again after this long
+NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
+INTERRUPTED = "interrupted"
+
+
+def retry_backoff_s(attempt: int) -> float:
+    """Wait before attempt `attempt + 1`: 0.5 s, 1 s, 2 s, ... at most 8 s."""
+    return min(RETRY_BACKOFF_S * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S)
+
+
+def requeue_backoff_s(requeues: int) -> float:
+    """Wait before submitting again after the `requeues`-th requeue: 1 s, 2 s, 4 s, ... at most 30 s."""
+    return min(REQUEUE_BACKOFF_S * 2 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
+
+
+class Awaiting(str, Enum):
+    """What the lifecycle waits for; a driver reads it to know which events are due."""
+
+    NOTHING = "nothing"  # not started
+    DECISION = "decision"  # Decided
+    BINDINGS = "bindings"  # Bindings (and, past the deadline, requeue)
+    DEPLOY = "deploy"  # Deployed
+    EPOCH = "epoch"  # EpochDone or EpochFailed
+    TIMER = "timer"  # TimerFired
+    DONE = "done"  # nothing ever again
+
+
+@dataclass(frozen=True)
+class Step:
+    """The calibration mini-epoch or training epoch being run."""
+
+    epoch: int  # 1-based training epoch; 0 for calibration
+    tag: str  # names its checkpoint: `epoch-0003`, `calibration-2`
+    workers: int  # wanted counts (the epoch runs with at most what is deployed)
+    servers: int
+    data_fraction: float
+    extra: Mapping = field(default_factory=dict)  # fields added to its record
+
+
+class JobLifecycle:
+    """The decisions of one job. `handle(event)` returns the commands to carry out, in order."""
+
+    def __init__(self, spec: JobSpec, run_id: str, cluster: ClusterSpec,
+                 calibration: tuple[tuple[int, int], ...] = (), placement_timeout_s: float = 30.0):
+        self.spec = spec
+        self.run_id = run_id
+        self.calibration = calibration  # the policy's calibration points for this job
+        self.placement_timeout_s = placement_timeout_s
+        self._total_slots = cluster.total_slots
+        self._prices = {node.name: node.price_per_slot_s for node in cluster.nodes}
+        self.history = History()
+        self.awaiting = Awaiting.NOTHING
+        self.stop_requested = False
+        self.reason: str | None = None  # set when the job is over
+        self.submitted: tuple[FunctionId, ...] = ()  # pods in the placement, bound or pending
+        self.bound: dict[FunctionId, str] = {}  # function -> node, for the functions the job uses
+        self.deployed: set[FunctionId] = set()
+        self.step: Step | None = None
+        self.attempt = 1
+        self.requeues = 0
+        self.watch_deadline_s = math.inf
+        self.timer_at_s: float | None = None
+        self._after_timer = ""  # what the timer is for: "retry", "resubmit" or "ask"
+        self._wanted: tuple[FunctionId, ...] = ()
+        self._unrecorded_cost = 0.0  # spent by failed attempts, charged on the next non-epoch line
+        self._why_pending = ""
+        self._partial: dict[str, str] = {}  # what the last Bindings had bound of the wanted functions
+        self._decision: Mapping = {}  # the last decision's details, recorded on its lines
+        self.phase, self.message = "waiting", ""
+        self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
+
+    # -- what a driver or policy may read -------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.awaiting == Awaiting.DONE
+
+    @property
+    def held_slots(self) -> int:
+        return len(self.submitted)
+
+    def status(self) -> JobStatus:
+        return JobStatus(job=self.spec.name, phase=self.phase, epoch=len(self.history.metrics),
+                         loss=self.history.final_loss, val_loss=self.history.final_val_loss,
+                         workers=self.workers, servers=self.servers, cost=self.history.spent,
+                         budget=self.spec.budget, message=self.message)
+
+    # -- events ---------------------------------------------------------------------------------------------
+    def handle(self, event: ev.Event) -> list[cmd.Command]:
+        """The commands this event calls for; events a finished job gets are ignored."""
+        if self.done:
+            return []
+        handler = _HANDLERS[type(event)]
+        return handler(self, event)
+
+    def crash(self, now_s: float, error: BaseException) -> list[cmd.Command]:
+        """A bug in this job's handling must not take the run down: it stops the job with its name."""
+        if self.done:
+            return []
+        return self._finish(now_s, f"failed: internal error: {type(error).__name__}: {error}")
+
+    def _on_start(self, event: ev.Start) -> list[cmd.Command]:
+        return self._next(event.now_s)
+
+    def _on_resume(self, event: ev.Resume) -> list[cmd.Command]:
+        self.history = replace(event.history, stop_reason=None)
+        return self._next(event.now_s)
+
+    def _on_stop(self, event: ev.StopRequested) -> list[cmd.Command]:
+        self.stop_requested = True
+        if self.awaiting in (Awaiting.DEPLOY, Awaiting.EPOCH):
+            return []  # the driver cancels what is in flight; its failure event ends the job
+        return self._finish(event.now_s, INTERRUPTED)
+
+    def _on_timer(self, event: ev.TimerFired) -> list[cmd.Command]:
+        if self.awaiting == Awaiting.BINDINGS and event.now_s >= self.watch_deadline_s:
+            return self._requeue(event.now_s)
+        if self.awaiting != Awaiting.TIMER or self.timer_at_s is None or event.now_s < self.timer_at_s:
+            return []  # an old timer
+        self.timer_at_s = None
+        if self._after_timer == "retry":
+            return self._refresh(event.now_s)
+        if self._after_timer == "resubmit":
+            return [cmd.Submit(self._wanted), *self._watch(event.now_s, list(self._wanted))]
+        return self._next(event.now_s)
+
+    # -- the next step --------------------------------------------------------------------------------------
+    def _next(self, now_s: float) -> list[cmd.Command]:
+        if self.stop_requested:
+            return self._finish(now_s, INTERRUPTED)
+        done = self.history.calibration_done
+        if done < len(self.calibration):
+            return self._calibrate(now_s, done + 1)
+        self.awaiting = Awaiting.DECISION
+        return [cmd.AskPolicy()]
+
+    def _calibrate(self, now_s: float, number: int) -> list[cmd.Command]:
+        workers, servers = self.calibration[number - 1]
+        predicted = cost_like_last(self.history.last_cost, self.history.last_counts, (workers, servers))
+        if predicted is not None and self.history.spent + predicted > self.spec.budget:
+            return self._finish(now_s, "budget")
+        fraction = self.spec.calibration_fraction
+        self.step = Step(0, f"calibration-{number}", workers, servers, fraction,
+                         {"calibration_step": number, "data_fraction": fraction})
+        self._decision = {}
+        self._show("calibration", f"step {number}/{len(self.calibration)} at {workers}/{servers}")
+        if self.submitted:  # placed for an earlier step
+            return self._run_step(now_s)
+        largest = (max(w for w, _ in self.calibration), max(s for _, s in self.calibration))
+        return self._ensure(now_s, *largest)  # every point uses a subset of these functions
+
+    def _on_decided(self, event: ev.Decided) -> list[cmd.Command]:
+        if self.awaiting != Awaiting.DECISION:
+            return []
+        decision = event.decision
+        if isinstance(decision, Wait):
+            self._show("waiting", decision.reason)
+            out = self._give_back()
+            return out + self._wait(event.now_s + POLICY_WAIT_S, "ask")
+        assert isinstance(decision, Counts)
+        self._decision = {"decision": dict(decision.details)} if decision.details else {}
+        if not decision.affordable:
+            return self._finish(event.now_s, "budget")
+        epoch = self.history.epochs_done + 1
+        self.step = Step(epoch, f"epoch-{epoch:04d}", decision.workers, decision.servers, 1.0, self._decision)
+        return self._ensure(event.now_s, decision.workers, decision.servers)
+
+    # -- placement ------------------------------------------------------------------------------------------
+    def _ensure(self, now_s: float, workers: int, servers: int) -> list[cmd.Command]:
+        """Ask the placement for the functions of (workers, servers): keep, release the surplus, submit new."""
+        wanted = functions_for(self.spec.name, workers, servers)
+        if len(wanted) > self._total_slots:
+            return self._finish(now_s, f"unschedulable: needs {len(wanted)} slots, the cluster has "
+                                       f"{self._total_slots}")
+        out: list[cmd.Command] = []
+        surplus = tuple(fid for fid in self.submitted if fid not in wanted)
+        if surplus:
+            out += self._drop(surplus)
+        new = tuple(fid for fid in wanted if fid not in self.submitted)
+        if new:
+            out.append(cmd.Submit(new))
+            self.submitted += new
+        self._wanted = wanted
+        return out + self._watch(now_s, list(wanted))
+
+    def _watch(self, now_s: float, wanted: list[FunctionId]) -> list[cmd.Command]:
+        self.submitted = tuple(dict.fromkeys([*self.submitted, *wanted]))
+        self.awaiting = Awaiting.BINDINGS
+        self.watch_deadline_s = now_s + self.placement_timeout_s
+        return [cmd.WatchPlacement(self.watch_deadline_s)]
+
+    def _drop(self, ids: tuple[FunctionId, ...]) -> list[cmd.Command]:
+        """Remove the deployed ones among `ids` and release all their slots."""
+        out: list[cmd.Command] = []
+        deployed = tuple(fid for fid in ids if fid in self.deployed)
+        if deployed:
+            out.append(cmd.Remove(deployed))
+            self.deployed -= set(deployed)
+        out.append(cmd.Release(ids))
+        for fid in ids:
+            self.bound.pop(fid, None)
+        self.submitted = tuple(fid for fid in self.submitted if fid not in ids)
+        return out
+
+    def _give_back(self) -> list[cmd.Command]:
+        return self._drop(self.submitted) if self.submitted else []
+
+    def _on_bindings(self, event: ev.Bindings) -> list[cmd.Command]:
+        if self.awaiting != Awaiting.BINDINGS:
+            return []
+        bound = {fid: node for fid, node in event.bound.items() if fid in self._wanted}
+        self._why_pending = event.why_pending
+        self._partial = {fid.name: node for fid, node in sorted(bound.items(), key=lambda kv: kv[0].sort_key())}
+        if has_quorum(bound):
+            self.watch_deadline_s = math.inf
+            fresh = tuple(fid for fid in self._wanted if fid in bound and fid not in self.deployed)
+            self.bound.update({fid: bound[fid] for fid in fresh})
+            if fresh:
+                return self._deploy(fresh)
+            return self._run_step(event.now_s)
+        self._show("waiting", f"{len(bound)}/{len(self._wanted)} placed: {event.why_pending or 'waiting for slots'}")
+        if event.now_s >= self.watch_deadline_s:
+            return self._requeue(event.now_s)
+        return []
+
+    def _requeue(self, now_s: float) -> list[cmd.Command]:
+        """No quorum in time: give back what is held so others can run, then queue again after a backoff."""
+        why = self._why_pending or "waiting for slots"
+        placed = dict(self._partial)
+        self.requeues += 1
+        out = self._give_back()
+        out.append(self._line(now_s, "requeued", self.history.epochs_done, None,
+                              {"reason": why, "requeue": self.requeues, "placed": placed}))
+        if self.requeues > MAX_REQUEUES:
+            return out + self._finish(now_s, f"unschedulable: no quorum after {self.requeues} tries: {why}")
+        backoff_s = requeue_backoff_s(self.requeues)
+        self._show("requeued", f"{why}; retry in {backoff_s:g} s")
+        self.submitted = ()
+        return out + self._wait(now_s + backoff_s, "resubmit")
+
+    def _deploy(self, ids: tuple[FunctionId, ...]) -> list[cmd.Command]:
+        self.awaiting = Awaiting.DEPLOY
+        self._show("deploying", f"{len(ids)} functions")
+        return [cmd.Deploy(tuple((fid, self.bound[fid]) for fid in ids), str(self.spec.model_path))]
+
+    def _on_deployed(self, event: ev.Deployed) -> list[cmd.Command]:
+        if self.awaiting != Awaiting.DEPLOY:
+            return []
+        self.deployed |= set(event.ready)
+        if event.failure is not None or self.stop_requested:
+            reason = INTERRUPTED if self.stop_requested else f"failed: {event.failure.describe()}"
+            return self._finish(event.now_s, reason)
+        counts = role_counts(self.deployed)
+        self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
+        if self._after_timer == "retry":  # fresh instances of a failed epoch's functions
+            self._after_timer = ""
+            return self._invoke(event.now_s)
+        return self._run_step(event.now_s)
+
+    # -- epochs ---------------------------------------------------------------------------------------------
+    def _run_step(self, now_s: float) -> list[cmd.Command]:
+        counts = role_counts(self.deployed)
+        self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
+        self.attempt = 1
+        if self.step.epoch:
+            self._show("training", f"epoch {self.step.epoch}")
+        return self._invoke(now_s)
+
+    def _epoch_functions(self) -> tuple[FunctionId, ...]:
+        step = self.step
+        return pick_for_epoch(self.deployed, min(step.workers, self.workers), min(step.servers, self.servers))
+
+    def _invoke(self, now_s: float) -> list[cmd.Command]:
+        spec, step = self.spec, self.step
+        used = self._epoch_functions()
+        counts = role_counts(used)
+        self.awaiting = Awaiting.EPOCH
+        return [cmd.InvokeEpoch(
+            functions=tuple((fid, self.bound[fid]) for fid in used), workers=counts[Role.WORKER],
+            servers=counts[Role.SERVER], epoch=step.epoch, step=self.history.steps_done + 1, attempt=self.attempt,
+            data_fraction=step.data_fraction, save_tag=step.tag, checkpoint_load=self.history.checkpoint,
+            model_path=str(spec.model_path),
+            hyper=Hyper(spec.batch_size, spec.optimizer, spec.learning_rate, dict(spec.optimizer_params), spec.seed),
+            deadline_s=spec.epoch_timeout_s, timeout_s=spec.epoch_timeout_s + INVOKE_GRACE_S)]
+
+    def _cost(self, durations_s: Mapping[FunctionId, float]) -> float:
+        return epoch_cost({fid.name: d for fid, d in durations_s.items()},
+                          {fid.name: node for fid, node in self.bound.items()}, self._prices)
+
+    def _on_epoch_done(self, event: ev.EpochDone) -> list[cmd.Command]:
+        if self.awaiting != Awaiting.EPOCH:
+            return []
+        used = self._epoch_functions()
+        counts = role_counts(used)
+        workers, servers = counts[Role.WORKER], counts[Role.SERVER]
+        cost = self._cost(event.durations_s)
+        try:
+            metrics = aggregate(list(event.replies.values()), workers)
+        except BadReplies as error:
+            return self._failed(event.now_s, Failure(self.spec.name, "error", str(error), event.wall_s), cost)
+        if not event.checkpoint:
+            failure = Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", event.wall_s)
+            return self._failed(event.now_s, failure, cost)
+        step, spec, before = self.step, self.spec, self.history
+        phase = "training" if step.epoch else "calibration"
+        spent = before.spent + cost
+        wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)
+        metric = stop_metric(metrics.loss, metrics.val_loss)
+        self.history = replace(
+            before,
+            observations=before.observations + (observation(workers, servers, wall_s, compute_s, step.data_fraction),),
+            metrics=before.metrics + ((metric,) if step.epoch else ()),
+            calibration_done=before.calibration_done + (0 if step.epoch else 1),
+            epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
+            last_counts=(workers, servers), last_cost=cost, checkpoint=event.checkpoint, spent=spent,
+            final_loss=metrics.loss, final_val_loss=metrics.val_loss, last_end=iso(event.now_s))
+        reason = None
+        if step.epoch:
+            reason = decide(StopInputs(metrics=self.history.metrics, target_loss=spec.target_loss,
+                                       consecutive=spec.consecutive, max_epochs=spec.max_epochs,
+                                       cumulative_cost=spent, budget=spec.budget, predicted_next_cost=None))
+        placement = {fid.name: self.bound[fid] for fid in used}
+        record = EpochRecord(
+            run_id=self.run_id, job=spec.name, phase=phase, epoch=step.epoch, workers=workers, servers=servers,
+            placement=placement, loss=metrics.loss, val_loss=metrics.val_loss, accuracy=metrics.accuracy,
+            train_accuracy=metrics.train_accuracy, samples=metrics.samples, epoch_time_s=wall_s,
+            compute_s=compute_s, start=iso(event.started_s), end=iso(event.now_s), cost=cost,
+            cumulative_cost=spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
+            checkpoint=event.checkpoint, extra=dict(step.extra))
+        self._show(phase, f"{phase} {step.epoch or step.extra.get('calibration_step')} done")
+        out: list[cmd.Command] = [cmd.WriteRecord(record), cmd.PruneCheckpoints(event.checkpoint)]
+        if reason is not None:
+            return out + self._finish(event.now_s, reason, written=True)
+        if not step.epoch and spent >= spec.budget:
+            return out + self._finish(event.now_s, "budget")
+        return out + self._next(event.now_s)
+
+    def _on_epoch_failed(self, event: ev.EpochFailed) -> list[cmd.Command]:
+        if self.awaiting != Awaiting.EPOCH:
+            return []
+        return self._failed(event.now_s, event.failure, self._cost(event.durations_s))
+
+    def _failed(self, now_s: float, failure: Failure, cost: float) -> list[cmd.Command]:
+        """A failed attempt still used its slots: its cost counts, on its retry line."""
+        self._unrecorded_cost += cost
+        self.history = replace(self.history, spent=self.history.spent + cost)
+        if self.stop_requested:
+            return self._finish(now_s, INTERRUPTED)
+        exhausted = self.attempt > self.spec.max_retries or not failure.retryable
+        out = [self._line(now_s, "retry", self.step.epoch, None,
+                          {**self.step.extra, "error": failure.describe(), "will_retry": not exhausted},
+                          self.attempt)]
+        if exhausted:
+            return out + self._finish(now_s, f"failed after {self.attempt} attempts: {failure.describe()}")
+        self._show("retrying", f"attempt {self.attempt} failed: {failure.describe()}")
+        return out + self._wait(now_s + retry_backoff_s(self.attempt), "retry")
+
+    def _refresh(self, now_s: float) -> list[cmd.Command]:
+        """Replace the failed epoch's functions by fresh instances on the same nodes (a dead host is gone)."""
+        ids = self._epoch_functions()
+        self.deployed -= set(ids)
+        self.attempt += 1
+        self._after_timer = "retry"
+        return [cmd.Remove(ids), *self._deploy(ids)]
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def _wait(self, at_s: float, then: str) -> list[cmd.Command]:
+        self.awaiting = Awaiting.TIMER
+        self.timer_at_s = at_s
+        self._after_timer = then
+        return [cmd.WaitUntil(at_s)]
+
+    def _show(self, phase: str, message: str) -> None:
+        self.phase, self.message = phase, message
+
+    def _line(self, now_s: float, phase: str, epoch: int, reason: str | None, extra: Mapping,
+              attempt: int = 1) -> cmd.WriteRecord:
+        """A line that is not a finished epoch (a failed attempt, a requeue, the stop); it carries unrecorded cost."""
+        record = EpochRecord(
+            run_id=self.run_id, job=self.spec.name, phase=phase, epoch=epoch, workers=self.workers,
+            servers=self.servers, placement={fid.name: node for fid, node in self.bound.items()},
+            loss=None, val_loss=None, accuracy=None, train_accuracy=None, samples=0, epoch_time_s=0.0,
+            compute_s=None, start=iso(now_s), end=iso(now_s), cost=self._unrecorded_cost,
+            cumulative_cost=self.history.spent, budget=self.spec.budget, stop_reason=reason, attempt=attempt,
+            extra=dict(extra))
+        self._unrecorded_cost = 0.0
+        return cmd.WriteRecord(record)
+
+    def _finish(self, now_s: float, reason: str, written: bool = False) -> list[cmd.Command]:
+        """The closing line (unless the last epoch's line carries the reason), then give everything back."""
+        out: list[cmd.Command] = []
+        if not written:
+            out.append(self._line(now_s, "stopped", self.history.epochs_done, reason, self._decision))
+        out += self._give_back()
+        self.reason = reason
+        self.awaiting = Awaiting.DONE
+        self.history = replace(self.history, stop_reason=reason)
+        ended = "done" if reason in NORMAL_ENDINGS else INTERRUPTED if reason == INTERRUPTED else "failed"
+        self._show(ended, reason)
+        return out + [cmd.Finish(reason)]
+
+
+_HANDLERS = {
+    ev.Start: JobLifecycle._on_start,
+    ev.Resume: JobLifecycle._on_resume,
+    ev.Decided: JobLifecycle._on_decided,
+    ev.Bindings: JobLifecycle._on_bindings,
+    ev.Deployed: JobLifecycle._on_deployed,
+    ev.EpochDone: JobLifecycle._on_epoch_done,
+    ev.EpochFailed: JobLifecycle._on_epoch_failed,
+    ev.TimerFired: JobLifecycle._on_timer,
+    ev.StopRequested: JobLifecycle._on_stop,
+}

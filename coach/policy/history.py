@@ -1,0 +1,103 @@
+"""The one reader that rebuilds what a job has done from its log lines: typed observations, not dicts. Pure.
+
+Resume, `coach plan` and the lifecycle all read a job's past through `history_from_records`, so a log written by
+an earlier version (no `schema` field) and one written now give the same History.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from coach.domain.records import JobOutcome
+from coach.model.speed import SpeedObservation
+from coach.policy.stopping import stop_metric
+
+SPEED_PHASES = frozenset({"calibration", "training"})
+
+
+def full_epoch_time_s(epoch_time_s: float, compute_s: float | None, data_fraction: float) -> float:
+    """A mini-epoch on a fraction q of the data, scaled to a full epoch.
+
+    Only the training loop scales with the data; the fixed part (rendezvous, checkpoint load and save,
+    validation) is paid once per epoch whatever q is, so it is not multiplied by 1/q.
+    """
+    if compute_s is None or compute_s > epoch_time_s:
+        return epoch_time_s / data_fraction
+    return (epoch_time_s - compute_s) + compute_s / data_fraction
+
+
+def observation(workers: int, servers: int, epoch_time_s: float, compute_s: float | None,
+                data_fraction: float) -> SpeedObservation:
+    """One epoch's speed, as full epochs per second."""
+    return SpeedObservation(workers, servers, 1.0 / full_epoch_time_s(epoch_time_s, compute_s, data_fraction))
+
+
+@dataclass(frozen=True)
+class History:
+    """What a job's log says it has done."""
+
+    observations: tuple[SpeedObservation, ...] = ()  # speed of every calibration and training epoch
+    metrics: tuple[float, ...] = ()  # stop metric of every training epoch, in order
+    calibration_done: int = 0  # calibration mini-epochs finished
+    epochs_done: int = 0  # the last training epoch's number
+    steps_done: int = 0  # calibration mini-epochs and epochs finished, together
+    last_counts: tuple[int, int] | None = None  # (workers, servers) of the last finished step
+    last_cost: float | None = None  # cost of the last finished step
+    checkpoint: str | None = None  # newest checkpoint a finished step saved
+    spent: float = 0.0  # cumulative cost on the last line
+    final_loss: float | None = None  # training loss of the last finished step
+    final_val_loss: float | None = None
+    stop_reason: str | None = None  # of the last line
+    last_end: str | None = None  # ISO time the last line ended
+
+
+def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
+    """Speed observations from every calibration and training epoch of a log."""
+    found = []
+    for r in records:
+        if r.get("phase") not in SPEED_PHASES or not r.get("epoch_time_s") or not r.get("workers"):
+            continue
+        found.append(observation(int(r["workers"]), int(r["servers"]), float(r["epoch_time_s"]), r.get("compute_s"),
+                                 float(r.get("data_fraction", 1.0))))
+    return found
+
+
+def training_metrics(records: Sequence[Mapping]) -> list[float]:
+    """The stop metric of every training epoch, in order (calibration mini-epochs are not epochs)."""
+    return [stop_metric(r["loss"], r.get("val_loss")) for r in records if r.get("phase") == "training"]
+
+
+def history_from_records(records: Sequence[Mapping]) -> History:
+    """Everything the lifecycle and the policies need from a job's log lines."""
+    steps = [r for r in records if r.get("phase") in SPEED_PHASES]
+    training = [r for r in steps if r.get("phase") == "training"]
+    last_step = steps[-1] if steps else None
+    checkpoints = [r["checkpoint"] for r in steps if r.get("checkpoint")]
+    last = records[-1] if records else {}
+    return History(
+        observations=tuple(observations(records)),
+        metrics=tuple(training_metrics(records)),
+        calibration_done=sum(1 for r in steps if r.get("phase") == "calibration"),
+        epochs_done=int(training[-1]["epoch"]) if training else 0,
+        steps_done=len(steps),
+        last_counts=(int(last_step["workers"]), int(last_step["servers"])) if last_step else None,
+        last_cost=float(last_step["cost"]) if last_step else None,
+        checkpoint=checkpoints[-1] if checkpoints else None,
+        spent=float(last.get("cumulative_cost") or 0.0),
+        final_loss=last_step["loss"] if last_step else None,
+        final_val_loss=last_step.get("val_loss") if last_step else None,
+        stop_reason=last.get("stop_reason"),
+        last_end=last.get("end"),
+    )
+
+
+def fill_outcome(outcome: JobOutcome, history: History, finished_s: float | None) -> None:
+    """What the summary keeps of a job, from what its lifecycle (or its log) says it did."""
+    outcome.finished_s = finished_s
+    outcome.epochs = history.epochs_done
+    outcome.final_loss, outcome.final_val_loss = history.final_loss, history.final_val_loss
+    outcome.stop_reason = history.stop_reason
+    outcome.total_cost = history.spent
+    if history.last_counts:
+        outcome.workers, outcome.servers = history.last_counts

@@ -1,0 +1,146 @@
+"""Run-level policies: one signature, `decide(cluster, jobs, now_s) -> {job: Counts or Wait}`, one registry. Pure.
+
+A policy decides how many workers and servers every job of a run gets; placement of the functions stays with
+scheduler_fork's profiles. Drivers ask the run's policy whenever a job needs counts for its next epoch, with
+every job of the run in view, so decisions are made across jobs at once (Ray autoscaler v2's
+`schedule(request) -> reply` and AdaptDL's policy folder are the models). New policies (fifo, drf, tiresias,
+optimus, pollux, ...) are new entries of POLICIES, never a name check in a caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence
+
+from coach.domain.jobs import JobSpec
+from coach.model.cost import cost_like_last
+from coach.policy.history import History
+from coach.policy.planning import CALIBRATION_POINTS, PlanInput, plan_jobs
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The cluster as a policy sees it."""
+
+    total_slots: int  # slots of every node together
+    price_per_slot_s: float  # the highest node price: predictions stay conservative
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job of the run as a policy sees it."""
+
+    spec: JobSpec  # targets, limits, the file's counts if it fixes them
+    history: History  # what it has measured so far
+    held_slots: int  # slots its pods hold or wait for now
+    asking: bool  # wants counts for its next epoch now
+
+    @property
+    def budget_left(self) -> float:
+        return self.spec.budget - self.history.spent
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Run the next epoch with these counts."""
+
+    workers: int
+    servers: int
+    affordable: bool  # False: the predicted epoch cost exceeds the budget left, so the job stops with `budget`
+    details: Mapping = field(default_factory=dict)  # recorded as the line's `decision` (empty: not recorded)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not now: give the slots back and ask again later."""
+
+    reason: str  # shown to the user
+
+
+Decision = Counts | Wait
+
+
+class Policy(Protocol):
+    def check(self, spec: JobSpec) -> str | None:
+        """Why this policy cannot run the job (`FIELD: problem`), or None."""
+        ...
+
+    def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
+        """The (workers, servers) of the mini-epochs the job runs before its first decision."""
+        ...
+
+    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+        """Counts or Wait for every job given."""
+        ...
+
+
+def _fixed(job: JobView) -> Counts:
+    """The job file's counts; affordable unless the last epoch at these counts says otherwise."""
+    counts = (job.spec.workers, job.spec.servers)
+    predicted = cost_like_last(job.history.last_cost, job.history.last_counts, counts)
+    return Counts(*counts, affordable=predicted is None or predicted <= job.budget_left)
+
+
+class StaticPolicy:
+    """Every job runs at the counts its file gives, as the thesis's static runs did."""
+
+    def check(self, spec: JobSpec) -> str | None:
+        if spec.workers is None or spec.servers is None:
+            return "workers: the static policy needs workers and servers in every job file"
+        return None
+
+    def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
+        return ()
+
+    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+        return {job.spec.name: _fixed(job) for job in jobs}
+
+
+class CoachPolicy:
+    """The thesis's marginal-utility greedy within budget and capacity, across every dynamic job of the run.
+
+    Jobs whose file fixes the counts keep them. The others calibrate, then share the slots that the fixed,
+    calibrating and waiting jobs do not hold, the largest relative gain first (coach.policy.allocation).
+    """
+
+    min_gain = 0.05  # smallest relative speed gain worth one more worker or server
+
+    def check(self, spec: JobSpec) -> str | None:
+        return None
+
+    def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
+        return () if _has_counts(spec) else CALIBRATION_POINTS
+
+    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+        decisions: dict[str, Decision] = {}
+        planned = [job for job in jobs if not _has_counts(job.spec) and job.history.observations]
+        planned_names = {job.spec.name for job in planned}
+        held_elsewhere = sum(job.held_slots for job in jobs if job.spec.name not in planned_names)
+        free = max(cluster.total_slots - held_elsewhere, 0)
+        plans = plan_jobs([PlanInput(job.spec, job.history, job.budget_left) for job in planned], free,
+                          cluster.price_per_slot_s, self.min_gain)
+        for job in jobs:
+            if _has_counts(job.spec):
+                decisions[job.spec.name] = _fixed(job)
+            elif job.spec.name in planned_names:
+                chosen = plans[job.spec.name]
+                allocation = chosen.allocation
+                if allocation.workers == 0:
+                    decisions[job.spec.name] = Wait(allocation.reason)
+                else:
+                    decisions[job.spec.name] = Counts(allocation.workers, allocation.servers, chosen.affordable,
+                                                      chosen.to_dict())
+            else:  # not calibrated: nothing to decide from yet
+                decisions[job.spec.name] = Wait("no speed measured yet")
+        return decisions
+
+
+def _has_counts(spec: JobSpec) -> bool:
+    return spec.workers is not None and spec.servers is not None
+
+
+#: Every run-level policy, by the name `coach run --policy` takes.
+POLICIES: Mapping[str, Policy] = {"coach": CoachPolicy(), "static": StaticPolicy()}
+DEFAULT_POLICY = "coach"
+
+__all__ = ["POLICIES", "DEFAULT_POLICY", "ClusterView", "JobView", "Counts", "Wait", "Decision", "Policy"]

@@ -1,0 +1,118 @@
+"""The ports: what a driver needs from the world, as Protocols. A run composes one implementation of each.
+
+Implementations today: Placement = scheduler_fork in-process (coach.placement.fork); Platform = warm hosts on
+this machine (coach.platforms.local) or simulated speeds (coach.platforms.simulated); CheckpointStore = file://
+(coach.storage.checkpoints); RecordSink = JSON lines (coach.storage.results); View = coach.ui.progress; Clock =
+wall or virtual (coach.drivers). A Kubernetes scheduler and the Nuclio dashboard plug in as Placement and
+Platform; an s3:// store as CheckpointStore. Nothing here does anything: these are only shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Protocol
+
+from coach.domain.contracts import EpochRequest, WarmRequest
+from coach.domain.identity import FunctionId
+from coach.domain.invocation import Failure, FunctionRef, Reply
+from coach.domain.records import EpochRecord
+from coach.domain.status import JobStatus
+
+
+class Clock(Protocol):
+    """Seconds since the Unix epoch, wall or simulated."""
+
+    def now_s(self) -> float:
+        """The current time."""
+        ...
+
+
+class Placement(Protocol):
+    """Who holds which slot: pods are submitted, bound by a scheduler, and released."""
+
+    def register(self, jobs: Iterable[str]) -> None:
+        """Fix the jobs' submission order (the FIFO order of the gang profiles)."""
+        ...
+
+    def submit(self, job: str, ids: Iterable[FunctionId]) -> None:
+        """New pending pods for these functions, arriving in the given order."""
+        ...
+
+    def poll(self, job: str, now_s: float) -> Mapping[FunctionId, str]:
+        """Let the scheduler run, then every bound function of `job` and its node."""
+        ...
+
+    def release(self, ids: Iterable[FunctionId]) -> None:
+        """Give these functions' slots back, bound or pending."""
+        ...
+
+    def explain(self, job: str, now_s: float) -> str:
+        """Why `job`'s pending pods are pending: a deadlock, or the plugins' reasons."""
+        ...
+
+
+class Platform(Protocol):
+    """Where functions run: deployed for a pod once it is bound, invoked once per epoch, removed after."""
+
+    def deploy(self, fid: FunctionId, node: str) -> FunctionRef | Failure:
+        """Start the function on its bound node; ready to invoke when this returns a ref."""
+        ...
+
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
+        """One request, one reply or failure value; never raises."""
+        ...
+
+    def cancel(self, ref: FunctionRef) -> None:
+        """Stop the function's in-flight invocation (another role of its epoch failed)."""
+        ...
+
+    def remove(self, ref: FunctionRef) -> None:
+        """Delete the function; its slot is the Placement's to release."""
+        ...
+
+    def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]:
+        """Where the job's ps-lite scheduler will listen for this epoch."""
+        ...
+
+    def close(self) -> None:
+        """Remove every function; in-flight invocations fail at once."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """URL-addressed checkpoint prefixes: `file://` now, `s3://` next."""
+
+    def prefix(self, job: str, tag: str) -> str:
+        """Where step `tag` of `job` saves its checkpoint."""
+        ...
+
+    def complete(self, prefix: str | None) -> bool:
+        """True when every object of the checkpoint is in place (never a half-written one)."""
+        ...
+
+    def prune(self, job: str, keep: str) -> None:
+        """Delete the job's checkpoints other than `keep`."""
+        ...
+
+
+class RecordSink(Protocol):
+    """A job's append-only results log."""
+
+    def append(self, record: EpochRecord) -> None:
+        """Write one record durably before returning."""
+        ...
+
+    def close(self) -> None:
+        """No more records."""
+        ...
+
+
+class View(Protocol):
+    """What a person watching the run sees."""
+
+    def update(self, status: JobStatus) -> None:
+        """A job's status changed."""
+        ...
+
+    def final(self) -> None:
+        """The run is over."""
+        ...
