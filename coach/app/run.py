@@ -64,8 +64,8 @@ def exit_code_for(reasons: Sequence[str | None]) -> int:
 def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path, view: str = "plain",
              scheduler: str = "gang", run_id: str | None = None, placement_timeout_s: float = 30.0,
              platform_factory: Callable[[Path, str], Platform] | None = None,
-             policy: str = DEFAULT_POLICY) -> RunReport:
-    """A new run of every job, concurrently, in `results_root/<run-id>/`."""
+             policy: str = DEFAULT_POLICY, stop_event: threading.Event | None = None) -> RunReport:
+    """A new run of every job, concurrently, in `results_root/<run-id>/`; setting `stop_event` stops it."""
     config = RunConfig(scheduler=scheduler, policy=policy, placement_timeout_s=placement_timeout_s)
     run_id = run_id or new_run_id()
     run_dir = (results_root / run_id).resolve()
@@ -78,7 +78,7 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
         "jobs": [spec.to_dict() for spec in specs]})
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
     return _execute(run_id, run_dir, started_s, cluster, config, view,
-                    [(spec, None) for spec in specs], outcomes, platform_factory)
+                    [(spec, None) for spec in specs], outcomes, platform_factory, stop_event)
 
 
 class ResumeError(Exception):
@@ -141,7 +141,7 @@ def _timestamp(text: str | None) -> float | None:
 
 def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,
              jobs: Sequence[tuple[JobSpec, History | None]], outcomes: dict[str, JobOutcome],
-             platform_factory) -> RunReport:
+             platform_factory, stop_event: threading.Event | None = None) -> RunReport:
     """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
     token = secrets.token_hex(16)
     platform = (platform_factory or PLATFORMS[config.platform])(run_dir / "logs", token)
@@ -164,7 +164,7 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
         lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s)
                       for spec, _ in jobs]
         view_of_cluster = ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
-        stop = threading.Event()
+        stop = stop_event or threading.Event()
         driver = LiveDriver(lifecycles, policy, view_of_cluster, ports, ThreadFanOut(), finished, stop_event=stop)
         first = [(spec.name, ev.Start(time.time()) if history is None else ev.Resume(time.time(), history))
                  for spec, history in jobs]
