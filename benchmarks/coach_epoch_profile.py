@@ -57,7 +57,7 @@ WHAT_IF = set(filter(None, os.environ.get("COACH_PROFILE_WHAT_IF", "").split(","
 WHAT_IFS = ("scheduler-first",)
 
 
-def wait_for_scheduler(body: dict, limit_s: float = 10.0) -> None:
+def wait_for_scheduler(request, limit_s: float = 10.0) -> None:
     """What-if `scheduler-first`: connect to the scheduler only once it listens.
 
     A ps-lite node that connects before the scheduler has bound its port waits for ZeroMQ's reconnect
@@ -65,7 +65,7 @@ def wait_for_scheduler(body: dict, limit_s: float = 10.0) -> None:
     """
     import socket
 
-    address = (str(body["ps"]["root_uri"]), int(body["ps"]["root_port"]))
+    address = (request.ps.root_uri, request.ps.root_port)  # request: a coach.domain.contracts.EpochRequest
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
@@ -101,7 +101,7 @@ def install_wrappers() -> None:
 
     original_epoch = runtime.run_worker_epoch
 
-    def run_worker_epoch(body, module, data):
+    def run_worker_epoch(request, module, data):
         marks.clear()
         steps.clear()
         if not getattr(module, "_profiled", False):
@@ -110,9 +110,9 @@ def install_wrappers() -> None:
         entered = time.monotonic()
         mark("entered")
         if "scheduler-first" in WHAT_IF:
-            wait_for_scheduler(body)
+            wait_for_scheduler(request)
             mark("wait_scheduler")
-        reply = original_epoch(body, module, data)
+        reply = original_epoch(request, module, data)
         mark("returned")
         if steps:
             marks.append(("other_steps", steps[-1]))  # end of the training loop (every batch syncs on asscalar)
@@ -130,10 +130,10 @@ def install_wrappers() -> None:
     runtime.run_worker_epoch = run_worker_epoch
     original_ps_node = runtime.run_ps_node
 
-    def run_ps_node(body, role):
-        if role == "server" and "scheduler-first" in WHAT_IF:
-            wait_for_scheduler(body)
-        return original_ps_node(body, role)
+    def run_ps_node(request):
+        if request.role == "server" and "scheduler-first" in WHAT_IF:
+            wait_for_scheduler(request)
+        return original_ps_node(request)
 
     runtime.run_ps_node = run_ps_node
     mx.kv.create = timed("kv_create", mx.kv.create)

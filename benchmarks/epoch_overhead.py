@@ -65,8 +65,9 @@ class RecordingPlatform(LocalPlatform):
         self.records: list[dict] = []
         self._records_lock = threading.Lock()
 
-    def invoke(self, ref, payload, timeout_s):
-        result = super().invoke(ref, payload, timeout_s)
+    def invoke(self, ref, request, timeout_s):
+        result = super().invoke(ref, request, timeout_s)
+        payload = request.to_dict()
         if payload.get("action") == "warm":  # the controller loads model + data before epoch 1
             with self._records_lock:
                 self.records.append({"warm": True, "role": ref.role, "duration_s": result.duration_s,

@@ -24,7 +24,8 @@ import yaml
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.files.jobs import load_job
 from coach.model.speed import fit_speed
-from coach.policy.planning import CALIBRATION_POINTS, observations
+from coach.policy.history import observations
+from coach.policy.planning import CALIBRATION_POINTS
 from coach.storage.results import read_log
 from coach.app.run import run_jobs
 

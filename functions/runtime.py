@@ -4,6 +4,10 @@ Why a child: MXNet's ps-lite can start only once per process, but importing MXNe
 host (a Nuclio worker, or Coach's embedded host) imports MXNet once in `init_context`; every invocation forks,
 the child takes its role for one epoch, writes one JSON reply into a pipe and leaves with `os._exit`.
 
+The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest` or
+`{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
+anything is forked or loaded.
+
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
 
@@ -26,7 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-ROLES = ("scheduler", "server", "worker")
+from coach.domain.contracts import (
+    ROLES,
+    ContractError,
+    EpochRequest,
+    PsAddress,
+    PsNodeReply,
+    WarmRequest,
+    WorkerReply,
+)
+
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
 
@@ -95,24 +108,27 @@ def normalise_data(data) -> dict:
     return out
 
 
-def ps_environment(ps: dict, role: str) -> dict[str, str]:
-    """The DMLC variables for one role, matching the servers and workers actually placed."""
+def ps_environment(request: EpochRequest) -> dict[str, str]:
+    """The DMLC variables of the request's role, matching the servers and workers actually placed.
+
+    The node's own address comes from the request alone: a default here would be wrong on any real cluster."""
+    ps = request.ps
     return {
-        "DMLC_ROLE": role,
-        "DMLC_PS_ROOT_URI": str(ps["root_uri"]),
-        "DMLC_PS_ROOT_PORT": str(ps["root_port"]),
-        "DMLC_NUM_SERVER": str(ps["num_servers"]),
-        "DMLC_NUM_WORKER": str(ps["num_workers"]),
-        "DMLC_NODE_HOST": str(ps.get("node_host", "127.0.0.1")),
+        "DMLC_ROLE": request.role,
+        "DMLC_PS_ROOT_URI": ps.root_uri,
+        "DMLC_PS_ROOT_PORT": str(ps.root_port),
+        "DMLC_NUM_SERVER": str(ps.num_servers),
+        "DMLC_NUM_WORKER": str(ps.num_workers),
+        "DMLC_NODE_HOST": ps.node_host,
         "PS_VERBOSE": "0",
     }
 
 
-def await_scheduler(ps: dict, timeout_s: float = 10.0) -> None:
+def await_scheduler(ps: PsAddress, timeout_s: float = 10.0) -> None:
     """Wait until the PS scheduler listens before joining: a node that connects earlier sits out ZeroMQ's
     100 ms reconnect interval, and ps-lite's 100 ms readiness poll, which doubles the rendezvous time."""
     deadline = time.monotonic() + timeout_s
-    address = (str(ps["root_uri"]), int(ps["root_port"]))
+    address = (ps.root_uri, ps.root_port)
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(address, timeout=0.5):
@@ -129,9 +145,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_in_child(host: HostState, body: dict, work: Callable[[dict], dict]) -> tuple[int, dict]:
-    """Fork, run `work(body)` in the child, and return (HTTP status, reply) within the event's deadline."""
-    deadline_s = float(body.get("deadline_s", 600))
+def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRequest], dict]) -> tuple[int, dict]:
+    """Fork, run `work(request)` in the child, and return (HTTP status, reply) within the request's deadline."""
+    deadline_s = request.deadline_s
     read_fd, write_fd = os.pipe()
     parent_pid = os.getpid()
     started = time.monotonic()
@@ -143,7 +159,7 @@ def run_in_child(host: HostState, body: dict, work: Callable[[dict], dict]) -> t
             os._exit(3)
         status = 0
         try:
-            reply = work(body)
+            reply = work(request)
         except BaseException as error:  # everything must become a JSON reply, never a hang
             status = 1
             reply = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=5)}
@@ -211,53 +227,63 @@ def cancel_children(host: HostState) -> int:
 
 
 def handle_event(context, event, role: str) -> Any:
-    """The body of every role's Nuclio handler: an epoch, a cancel, or a bad request, answered as JSON."""
+    """The body of every role's Nuclio handler: an epoch, a warm-up, a cancel, or a bad request, answered as JSON."""
     host: HostState = context.user_data.host
     body = event.body
     if isinstance(body, (bytes, str)):
         try:
             body = json.loads(body or "{}")
-        except json.JSONDecodeError:
-            return _respond(context, 400, {"error": "event body is not JSON"})
-    if not isinstance(body, dict):
-        return _respond(context, 400, {"error": "event body must be a JSON object"})
-    if body.get("action") == "cancel":
+        except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
+            return _respond(context, 400, {"error": "body: not valid JSON", "field": "body", "role": role})
+    action = body.get("action") if isinstance(body, dict) else None
+    if action == "cancel":
         return _respond(context, 200, {"cancelled": cancel_children(host)})
-    if body.get("action") == "warm":  # load the model file and its data before the first timed epoch
-        if role != "worker":
-            return _respond(context, 200, {"warm": True, "role": role})
-        try:
-            load_model(host, str((body.get("model") or {}).get("path", "")))
-        except Exception as error:  # EpochError or the user's own load_data() failing
-            return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
+    try:
+        request = _parse(body, action, role)
+    except ContractError as error:  # before any fork: the controller sent something this side cannot run
+        return _respond(context, 400, {"error": str(error), "field": error.field, "role": role})
+    if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
+        if role == "worker":
+            try:
+                load_model(host, request.model_path)
+            except Exception as error:  # EpochError or the user's own load_data() failing
+                return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
         return _respond(context, 200, {"warm": True, "role": role})
-    missing = [k for k in ("job", "epoch", "ps") if k not in body]
-    if missing:
-        return _respond(context, 400, {"error": f"missing fields: {', '.join(missing)}"})
-    work = {"scheduler": run_ps_node, "server": run_ps_node, "worker": run_worker_epoch}[role]
     if role == "worker":
         try:
-            module, data = load_model(host, body["model"]["path"])
+            module, data = load_model(host, request.model_path)
         except EpochError as error:
             return _respond(context, 422, {"error": str(error), "role": role})
         except Exception as error:  # the user's model file raised while loading
             return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
-        status, reply = run_in_child(host, body, lambda b: work(b, module, data))
+        status, reply = run_in_child(host, request, lambda r: run_worker_epoch(r, module, data))
     else:
-        status, reply = run_in_child(host, body, lambda b: work(b, role))
+        status, reply = run_in_child(host, request, run_ps_node)
     reply["role"] = role
     return _respond(context, status, reply)
+
+
+def _parse(body: Any, action: Any, role: str) -> EpochRequest | WarmRequest:
+    """The typed request in `body`, or ContractError; an epoch request must be for this function's own role."""
+    if action == "warm":
+        return WarmRequest.from_dict(body)
+    if action is not None:
+        raise ContractError("action", f"unknown action {str(action)[:40]!r}, expected 'warm' or 'cancel'")
+    request = EpochRequest.from_dict(body)
+    if request.role != role:
+        raise ContractError("role", f"this is the {role} function, got a request for the {request.role} role")
+    return request
 
 
 def _respond(context, status: int, reply: dict):
     return context.Response(body=json.dumps(reply), content_type="application/json", status_code=status)
 
 
-def run_ps_node(body: dict, role: str) -> dict:
+def run_ps_node(request: EpochRequest) -> dict:
     """Child side of the scheduler and server roles: serve until every worker has dropped its kvstore."""
-    os.environ.update(ps_environment(body["ps"], role))
-    if role != "scheduler":
-        await_scheduler(body["ps"])
+    os.environ.update(ps_environment(request))
+    if request.role != "scheduler":
+        await_scheduler(request.ps)
     from mxnet.kvstore import kvstore_server
 
     started = time.monotonic()
@@ -265,57 +291,57 @@ def run_ps_node(body: dict, role: str) -> dict:
         kvstore_server._init_kvstore_server_module()
     except SystemExit:  # MXNet ends the role with sys.exit once the workers are gone
         pass
-    return {"compute_s": time.monotonic() - started}
+    return PsNodeReply(compute_s=time.monotonic() - started).to_dict()
 
 
-def _shard(data: dict, rank: int, num_workers: int, fraction: float, seed: int) -> tuple[Any, Any]:
-    """This worker's equal-sized slice of a seeded permutation of the (optionally reduced) training set."""
+def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
+    """This worker's equal-sized slice of a seeded permutation of the (optionally reduced) training set.
+
+    Every worker draws the same permutation (the job's seed) and keeps its own block of it, so the shards
+    are disjoint without the workers talking to each other."""
     import numpy as np
 
+    num_workers = request.ps.num_workers
     x, y = data["X_train"], data["y_train"]
-    order = np.random.RandomState(seed).permutation(len(x))
-    keep = max(num_workers, int(math.ceil(len(x) * fraction)))
+    order = np.random.RandomState(request.hyper.seed).permutation(len(x))
+    keep = max(num_workers, int(math.ceil(len(x) * request.data_fraction)))
     order = order[: min(keep, len(x))]
     per_worker = len(order) // num_workers
     mine = order[rank * per_worker : (rank + 1) * per_worker]
     return x[mine], y[mine]
 
 
-def run_worker_epoch(body: dict, module, data: dict) -> dict:
+def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     """Child side of a worker: load the checkpoint, train one epoch on its shard, rank 0 saves and validates."""
-    os.environ.update(ps_environment(body["ps"], "worker"))
-    await_scheduler(body["ps"])
+    os.environ.update(ps_environment(request))
+    await_scheduler(request.ps)
     import mxnet as mx
     import numpy as np
     from mxnet import autograd, gluon
 
-    hyper = body["hyper"]
-    seed = int(hyper.get("seed", 0))
-    step = int(body.get("step", body["epoch"]))  # calibration mini-epochs and epochs, counted together
-    batch_size = int(hyper["batch_size"])
-    ckpt = body.get("checkpoint") or {}
+    hyper = request.hyper
+    seed, step, batch_size = hyper.seed, request.step, hyper.batch_size
     kv = mx.kv.create("dist_sync")
     rank, num_workers = kv.rank, kv.num_workers
-    x, y = _shard(data, rank, num_workers, float(body.get("data", {}).get("fraction", 1.0)), seed)
+    if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
+        raise EpochError(f"kvstore has {num_workers} workers, the request {request.ps.num_workers}")
+    x, y = _shard(data, request, rank)
     if len(x) == 0:
         raise EpochError("empty data shard: fewer samples than workers")
 
     mx.random.seed(seed)
     net = module.build_model()
-    if ckpt.get("load"):  # the checkpoint gives every shape: no throw-away initialisation
-        net.load_parameters(ckpt["load"] + ".params")
+    if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
+        net.load_parameters(request.checkpoint_load + ".params")
     else:
         net.initialize(mx.init.Xavier())
         net(mx.nd.array(x[:1]))  # materialise deferred shapes before the kvstore broadcasts them
         _plain_layout(net)
     loss_fn = module.loss() if callable(getattr(module, "loss", None)) else gluon.loss.SoftmaxCrossEntropyLoss()
-    opt_params = dict(hyper.get("optimizer_params") or {})
-    opt_params["learning_rate"] = float(hyper["learning_rate"])
-    trainer = gluon.Trainer(
-        net.collect_params(), hyper["optimizer"], opt_params, kvstore=kv, update_on_kvstore=False
-    )
-    if ckpt.get("load"):
-        trainer.load_states(ckpt["load"] + ".states")
+    opt_params = {**hyper.optimizer_params, "learning_rate": hyper.learning_rate}
+    trainer = gluon.Trainer(net.collect_params(), hyper.optimizer, opt_params, kvstore=kv, update_on_kvstore=False)
+    if request.checkpoint_load:
+        trainer.load_states(request.checkpoint_load + ".states")
 
     started = time.monotonic()
     order = np.random.RandomState(seed * 100003 + step * 101 + rank).permutation(len(x))
@@ -334,27 +360,18 @@ def run_worker_epoch(body: dict, module, data: dict) -> dict:
         samples += len(idx)
     compute_s = time.monotonic() - started
 
-    reply = {
-        "rank": rank,
-        "num_workers": num_workers,
-        "loss_sum": loss_sum,
-        "samples": samples,
-        "correct": correct,
-        "loss": loss_sum / samples,
-        "accuracy": correct / samples,
-        "compute_s": compute_s,
-        "checkpoint_saved": None,
-    }
+    validation, saved = {}, None
     if rank == 0:
         if "X_val" in data:
-            reply.update(_validate(net, loss_fn, data["X_val"], data["y_val"], batch_size))
-        if ckpt.get("save"):
-            _save_checkpoint(net, trainer, ckpt["save"])
-            reply["checkpoint_saved"] = ckpt["save"]
+            validation = _validate(net, loss_fn, data["X_val"], data["y_val"], batch_size)
+        _save_checkpoint(net, trainer, request.checkpoint_save)
+        saved = request.checkpoint_save
+    reply = WorkerReply(rank=rank, num_workers=num_workers, loss_sum=loss_sum, samples=samples, correct=correct,
+                        compute_s=compute_s, checkpoint_saved=saved, **validation)
     # the kvstore's destructor tells the servers to stop: drop every reference before leaving
     del trainer, net, kv, loss_fn, out, loss, xb, yb
     gc.collect()
-    return reply
+    return reply.to_dict()
 
 
 def _plain_layout(net) -> None:
@@ -373,6 +390,7 @@ def _plain_layout(net) -> None:
 
 
 def _validate(net, loss_fn, x_val, y_val, batch_size: int) -> dict:
+    """Rank 0's validation loss and accuracy, as WorkerReply's val_* keyword arguments."""
     import mxnet as mx
 
     loss_sum, correct = 0.0, 0

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from coach.domain.contracts import ContractError, EpochRequest, Hyper, PsAddress
 from functions.runtime import EpochError, _shard, normalise_data, ps_environment
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+
+
+def epoch_request(role: str = "worker", num_workers: int = 1, fraction: float = 1.0, seed: int = 0,
+                  ps: PsAddress | None = None) -> EpochRequest:
+    """A valid request; the helpers under test read only its ps, data_fraction, hyper.seed and role."""
+    return EpochRequest(
+        job="j", epoch=1, step=1, attempt=1, role=role,
+        ps=ps or PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=1, num_workers=num_workers,
+                           node_host="10.0.0.7"),
+        model_path="m.py", data_fraction=fraction,
+        hyper=Hyper(batch_size=8, optimizer="sgd", learning_rate=0.1, seed=seed),
+        checkpoint_load=None, checkpoint_save="ckpt/j-1", deadline_s=60.0)
 
 
 def indexed_data(n: int) -> dict:
@@ -16,8 +34,9 @@ def indexed_data(n: int) -> dict:
 
 def shards(data: dict, num_workers: int, fraction: float = 1.0, seed: int = 0) -> list[list[int]]:
     out = []
+    request = epoch_request(num_workers=num_workers, fraction=fraction, seed=seed)
     for rank in range(num_workers):
-        x, y = _shard(data, rank, num_workers, fraction, seed)
+        x, y = _shard(data, request, rank)
         assert list(y) == list(x[:, 0] + 1000)  # inputs and labels stay paired
         out.append([int(v) for v in x[:, 0]])
     return out
@@ -157,9 +176,9 @@ def test_normalise_rejects_other_shapes(data):
 
 
 def test_ps_environment_is_the_dmlc_variables_of_one_role_as_strings():
-    ps = {"root_uri": "10.0.0.5", "root_port": 9091, "num_servers": 1, "num_workers": 2, "node_host": "10.0.0.7"}
+    ps = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=1, num_workers=2, node_host="10.0.0.7")
 
-    assert ps_environment(ps, "server") == {
+    assert ps_environment(epoch_request("server", ps=ps)) == {
         "DMLC_ROLE": "server",
         "DMLC_PS_ROOT_URI": "10.0.0.5",
         "DMLC_PS_ROOT_PORT": "9091",
@@ -170,10 +189,28 @@ def test_ps_environment_is_the_dmlc_variables_of_one_role_as_strings():
     }
 
 
-def test_ps_environment_node_host_defaults_to_loopback():
-    ps = {"root_uri": "127.0.0.1", "root_port": 9000, "num_servers": 2, "num_workers": 4}
+def test_ps_environment_takes_role_counts_and_node_host_from_the_request():
+    ps = PsAddress(root_uri="127.0.0.1", root_port=9000, num_servers=2, num_workers=4, node_host="10.1.2.3")
 
-    env = ps_environment(ps, "worker")
+    env = ps_environment(epoch_request("worker", ps=ps))
 
-    assert (env["DMLC_ROLE"], env["DMLC_NODE_HOST"]) == ("worker", "127.0.0.1")
+    assert (env["DMLC_ROLE"], env["DMLC_NODE_HOST"]) == ("worker", "10.1.2.3")
     assert (env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]) == ("2", "4")
+    assert ps_environment(replace(epoch_request("worker", ps=ps), role="scheduler"))["DMLC_ROLE"] == "scheduler"
+
+
+def test_a_request_without_node_host_is_refused_not_defaulted_to_loopback():
+    body = epoch_request().to_dict()
+    del body["ps"]["node_host"]
+
+    with pytest.raises(ContractError) as caught:
+        EpochRequest.from_dict(body)
+
+    assert (str(caught.value), caught.value.field) == ("ps.node_host: required", "ps.node_host")
+
+
+def test_no_function_source_hides_a_loopback_default():
+    sources = sorted(FUNCTIONS.rglob("*.py"))
+
+    assert len(sources) >= 4  # runtime.py and the three roles' main.py
+    assert [str(p) for p in sources if "127.0.0.1" in p.read_text()] == []

@@ -1,0 +1,418 @@
+"""coach.domain.contracts and the function side that checks it (functions.runtime.handle_event).
+
+Every contract type survives a trip through JSON unchanged; every malformed request is refused with one line
+that names the field; a function answers such a request 400 before forking anything, and keeps serving.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import nuclio_sdk
+import pytest
+import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_host import AUTH, HOST_ENV, HTTP_TIMEOUT_S, ROOT, START_TIMEOUT_S, read_line, stop
+
+from coach.domain.contracts import (
+    SCHEMA,
+    ContractError,
+    EpochRequest,
+    Hyper,
+    PsAddress,
+    PsNodeReply,
+    WarmRequest,
+    WorkerReply,
+)
+from coach.platforms.host import make_context
+from functions import runtime
+
+PS = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=2, num_workers=3, node_host="10.0.0.7")
+HYPER = Hyper(batch_size=64, optimizer="sgd", learning_rate=0.05, optimizer_params={"momentum": 0.9, "wd": 1e-4},
+              seed=7)
+REQUEST = EpochRequest(job="lenet-mnist", epoch=4, step=8, attempt=2, role="worker", ps=PS,
+                       model_path="jobs/models/lenet.py", data_fraction=1.0, hyper=HYPER,
+                       checkpoint_load="results/ckpt/lenet-mnist-7", checkpoint_save="results/ckpt/lenet-mnist-8",
+                       deadline_s=600.0)
+
+
+def through_json(data: dict) -> dict:
+    """What the other side gets: the dict as JSON text, parsed again (NaN stays NaN, as in Python's json)."""
+    return json.loads(json.dumps(data))
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("contract", [
+    REQUEST,
+    replace(REQUEST, epoch=0, step=1, attempt=1, role="scheduler", data_fraction=0.25, checkpoint_load=None),
+    replace(REQUEST, role="server", hyper=Hyper(batch_size=1, optimizer="adam", learning_rate=1)),
+    PS,
+    HYPER,
+    Hyper(batch_size=32, optimizer="nag", learning_rate=0.1),
+    WarmRequest(model_path="jobs/models/lenet.py"),
+    WorkerReply(rank=0, num_workers=2, loss_sum=123.5, samples=1000, correct=870, compute_s=0.57,
+                checkpoint_saved="results/ckpt/j-3", val_loss=0.19, val_accuracy=0.94, val_samples=1400),
+    WorkerReply(rank=1, num_workers=2, loss_sum=120.0, samples=1000, correct=880, compute_s=0.55,
+                checkpoint_saved=None),
+    PsNodeReply(compute_s=1.25),
+], ids=["epoch", "calibration-scheduler", "server-int-rate", "ps", "hyper", "hyper-defaults", "warm",
+        "worker-rank0", "worker-rank1", "ps-node"])
+def test_to_dict_then_from_dict_gives_an_equal_object(contract):
+    data = through_json(contract.to_dict())
+
+    assert type(contract).from_dict(data) == contract
+
+
+def test_an_epoch_request_is_sent_in_the_documented_shape():
+    assert REQUEST.to_dict() == {
+        "schema": SCHEMA, "job": "lenet-mnist", "epoch": 4, "step": 8, "attempt": 2, "role": "worker",
+        "ps": {"root_uri": "10.0.0.5", "root_port": 9091, "num_servers": 2, "num_workers": 3,
+               "node_host": "10.0.0.7"},
+        "model": {"path": "jobs/models/lenet.py"}, "data": {"fraction": 1.0},
+        "hyper": {"batch_size": 64, "optimizer": "sgd", "learning_rate": 0.05,
+                  "optimizer_params": {"momentum": 0.9, "wd": 1e-4}, "seed": 7},
+        "checkpoint": {"load": "results/ckpt/lenet-mnist-7", "save": "results/ckpt/lenet-mnist-8"},
+        "deadline_s": 600.0,
+    }
+
+
+def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
+    reply = WorkerReply(rank=0, num_workers=1, loss_sum=50.0, samples=200, correct=150, compute_s=1.0,
+                        checkpoint_saved="c", val_loss=0.3, val_accuracy=0.9, val_samples=100)
+
+    assert reply.to_dict() == {
+        "schema": SCHEMA, "rank": 0, "num_workers": 1, "loss_sum": 50.0, "samples": 200, "correct": 150,
+        "compute_s": 1.0, "checkpoint_saved": "c", "val_loss": 0.3, "val_accuracy": 0.9, "val_samples": 100,
+        "loss": 0.25, "accuracy": 0.75,
+    }
+
+
+def test_a_reply_keeps_its_meaning_with_the_keys_the_runtime_adds():
+    data = {**WorkerReply(rank=1, num_workers=2, loss_sum=1.0, samples=4, correct=2, compute_s=0.1,
+                          checkpoint_saved=None).to_dict(), "wall_s": 0.4, "role": "worker"}
+
+    assert WorkerReply.from_dict(data).samples == 4
+    assert PsNodeReply.from_dict({"compute_s": 2, "wall_s": 2.5, "role": "server"}) == PsNodeReply(2.0)
+
+
+def test_a_first_version_body_without_schema_is_accepted_as_version_1():
+    data = REQUEST.to_dict()
+    del data["schema"]
+
+    assert EpochRequest.from_dict(data) == REQUEST
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
+finite = st.floats(min_value=1e-6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(job=names, epoch=st.integers(0, 10**6), step=st.integers(0, 10**6), attempt=st.integers(1, 50),
+       role=st.sampled_from(["scheduler", "server", "worker"]), port=st.integers(1, 65535),
+       servers=st.integers(1, 64), workers=st.integers(1, 64), fraction=st.floats(1e-9, 1.0),
+       batch=st.integers(1, 4096), rate=finite, seed=st.integers(0, 2**32 - 1),
+       params=st.dictionaries(st.sampled_from(["momentum", "wd", "beta1", "rho"]), finite, max_size=3),
+       load=st.none() | names, deadline=finite)
+def test_any_valid_epoch_request_survives_json(job, epoch, step, attempt, role, port, servers, workers, fraction,
+                                               batch, rate, seed, params, load, deadline):
+    request = EpochRequest(job=job, epoch=epoch, step=step, attempt=attempt, role=role,
+                           ps=PsAddress("h", port, servers, workers, "n"), model_path="m.py",
+                           data_fraction=fraction, hyper=Hyper(batch, "sgd", rate, params, seed),
+                           checkpoint_load=load, checkpoint_save="s", deadline_s=deadline)
+
+    assert EpochRequest.from_dict(through_json(request.to_dict())) == request
+
+
+# --------------------------------------------------------------------------- malformed requests
+
+DELETE = object()  # as a value in a change: remove that key
+
+
+def changed(base: dict, path: str, value: Any) -> dict:
+    """A deep copy of `base` with the dotted `path` set to `value` (or removed, for DELETE)."""
+    out = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+VALID = REQUEST.to_dict()
+MALFORMED = [
+    # (where, new value, the exact message; its field is everything before the first ": ")
+    ("job", DELETE, "job: required"),
+    ("job", None, "job: required"),
+    ("ps", DELETE, "ps: required"),
+    ("ps.node_host", DELETE, "ps.node_host: required"),
+    ("hyper.batch_size", DELETE, "hyper.batch_size: required"),
+    ("checkpoint.save", DELETE, "checkpoint.save: required"),
+    ("deadline_s", DELETE, "deadline_s: required"),
+    ("ps.root_port", "9091", "ps.root_port: expected an integer, got str"),
+    ("epoch", 4.0, "epoch: expected an integer, got float"),
+    ("ps", [], "ps: expected an object, got list"),
+    ("model", "jobs/models/lenet.py", "model: expected an object, got str"),
+    ("hyper.learning_rate", "0.05", "hyper.learning_rate: expected a number, got str"),
+    ("hyper.optimizer_params.momentum", "0.9", "hyper.optimizer_params.momentum: expected a number, got str"),
+    ("ps.root_uri", 10, "ps.root_uri: expected a string, got int"),
+    ("epoch", True, "epoch: expected an integer, got bool"),
+    ("ps.num_workers", True, "ps.num_workers: expected an integer, got bool"),
+    ("hyper.learning_rate", False, "hyper.learning_rate: expected a number, got bool"),
+    ("hyper.optimizer_params.nesterov", True, "hyper.optimizer_params.nesterov: expected a number, got bool"),
+    ("deadline_s", math.nan, "deadline_s: must be finite, got nan"),
+    ("hyper.learning_rate", math.inf, "hyper.learning_rate: must be finite, got inf"),
+    ("data.fraction", -math.inf, "data.fraction: must be finite, got -inf"),
+    ("hyper.optimizer_params.momentum", math.nan, "hyper.optimizer_params.momentum: must be finite, got nan"),
+    ("ps.root_port", 0, "ps.root_port: must be a TCP port (1..65535), got 0"),
+    ("ps.root_port", 65536, "ps.root_port: must be a TCP port (1..65535), got 65536"),
+    ("ps.root_port", -1, "ps.root_port: must be a TCP port (1..65535), got -1"),
+    ("ps.num_servers", 0, "ps.num_servers: must be >= 1, got 0"),
+    ("hyper.batch_size", 0, "hyper.batch_size: must be >= 1, got 0"),
+    ("hyper.seed", -1, "hyper.seed: must be >= 0, got -1"),
+    ("hyper.learning_rate", 0, "hyper.learning_rate: must be > 0, got 0.0"),
+    ("epoch", -1, "epoch: must be >= 0, got -1"),
+    ("attempt", 0, "attempt: must be >= 1, got 0"),
+    ("data.fraction", 0, "data.fraction: must be in (0, 1], got 0.0"),
+    ("data.fraction", 1.5, "data.fraction: must be in (0, 1], got 1.5"),
+    ("deadline_s", 0, "deadline_s: must be > 0, got 0.0"),
+    ("model.path", "", "model.path: must not be empty"),
+    ("ps.node_host", "", "ps.node_host: must not be empty"),
+    ("checkpoint.load", "", "checkpoint.load: must not be empty"),
+    ("role", "trainer", "role: unknown role 'trainer', expected one of scheduler, server, worker"),
+    ("role", "Worker", "role: unknown role 'Worker', expected one of scheduler, server, worker"),
+    ("role", 1, "role: expected a string, got int"),
+    ("schema", 2, "schema: version 2 is not supported (this side speaks 1)"),
+    ("schema", "1", "schema: version '1' is not supported (this side speaks 1)"),
+    ("schema", True, "schema: version True is not supported (this side speaks 1)"),
+    ("deadline", 600, "deadline: unknown field"),
+    ("hyper.sede", 7, "hyper.sede: unknown field"),
+    ("ps.root_host", "x", "ps.root_host: unknown field"),
+    ("hyper.optimizer_params.lr", 0.1, "hyper.optimizer_params.lr: not allowed, hyper.learning_rate sets it"),
+]
+
+
+@pytest.mark.parametrize("path, value, message", MALFORMED,
+                         ids=[f"{path}={'deleted' if v is DELETE else repr(v)}" for path, v, _ in MALFORMED])
+def test_a_malformed_epoch_request_names_the_field(path, value, message):
+    with pytest.raises(ContractError) as caught:
+        EpochRequest.from_dict(changed(VALID, path, value))
+
+    assert str(caught.value) == message
+    assert caught.value.field == message.split(": ", 1)[0]
+
+
+@pytest.mark.parametrize("body, kind", [([], "list"), ("{}", "str"), (None, "NoneType"), (3, "int")],
+                         ids=["list", "string", "null", "number"])
+def test_a_body_that_is_not_an_object_is_refused(body, kind):
+    with pytest.raises(ContractError) as caught:
+        EpochRequest.from_dict(body)
+
+    assert (str(caught.value), caught.value.field) == (f"body: expected a JSON object, got {kind}", "body")
+
+
+def test_the_first_bad_field_is_named_in_the_order_the_request_is_written():
+    body = changed(changed(VALID, "ps.root_port", "x"), "deadline_s", math.nan)
+
+    with pytest.raises(ContractError) as caught:
+        EpochRequest.from_dict(body)
+
+    assert str(caught.value) == "ps.root_port: expected an integer, got str"
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"action": "warm"}, "model: required"),
+    ({"action": "warm", "model": {}}, "model.path: required"),
+    ({"action": "warm", "model": {"path": 3}}, "model.path: expected a string, got int"),
+    ({"action": "warm", "model": {"path": "m.py"}, "data": {}}, "data: unknown field"),
+    ({"action": "warm", "model": {"path": "m.py"}, "schema": 0},
+     "schema: version 0 is not supported (this side speaks 1)"),
+    ({"action": "cancel", "model": {"path": "m.py"}}, "action: expected 'warm', got 'cancel'"),
+], ids=["no-model", "no-path", "path-int", "extra", "schema", "other-action"])
+def test_a_malformed_warm_request_names_the_field(body, message):
+    with pytest.raises(ContractError) as caught:
+        WarmRequest.from_dict(body)
+
+    assert str(caught.value) == message
+
+
+WORKER_VALID = WorkerReply(rank=1, num_workers=2, loss_sum=3.0, samples=10, correct=7, compute_s=0.5,
+                           checkpoint_saved=None).to_dict()
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("rank", 2, "rank: must be below num_workers (2), got 2"),
+    ("rank", -1, "rank: must be >= 0, got -1"),
+    ("correct", 11, "correct: must be <= samples (10), got 11"),
+    ("samples", True, "samples: expected an integer, got bool"),
+    ("loss_sum", math.nan, "loss_sum: must be finite, got nan"),
+    ("compute_s", -0.1, "compute_s: must be >= 0, got -0.1"),
+    ("val_samples", 0, "val_samples: must be >= 1, got 0"),
+    ("schema", 2, "schema: version 2 is not supported (this side speaks 1)"),
+])
+def test_a_malformed_worker_reply_names_the_field(path, value, message):
+    with pytest.raises(ContractError) as caught:
+        WorkerReply.from_dict(changed(WORKER_VALID, path, value))
+
+    assert str(caught.value) == message
+
+
+# --------------------------------------------------------------------------- handle_event, in this process
+
+
+def call(role: str, body: Any) -> tuple[int, dict]:
+    """One event through runtime.handle_event with a fresh host; (status, JSON reply)."""
+    context = make_context(f"test-{role}")
+    context.user_data.host = runtime.HostState()
+    response = runtime.handle_event(context, nuclio_sdk.Event(body=body, content_type="application/json"), role)
+    return response.status_code, json.loads(response.body)
+
+
+@pytest.mark.parametrize("body, status, reply", [
+    (b"{not json", 400, {"error": "body: not valid JSON", "field": "body", "role": "server"}),
+    (b"\xff\xfe", 400, {"error": "body: not valid JSON", "field": "body", "role": "server"}),
+    ([1, 2], 400, {"error": "body: expected a JSON object, got list", "field": "body", "role": "server"}),
+    (b"", 400, {"error": "job: required", "field": "job", "role": "server"}),
+    ({"action": "bogus"}, 400,
+     {"error": "action: unknown action 'bogus', expected 'warm' or 'cancel'", "field": "action", "role": "server"}),
+    (changed(VALID, "ps.root_port", "9091"), 400,
+     {"error": "ps.root_port: expected an integer, got str", "field": "ps.root_port", "role": "server"}),
+    (VALID, 400, {"error": "role: this is the server function, got a request for the worker role", "field": "role",
+                  "role": "server"}),
+    ({"action": "warm"}, 400, {"error": "model: required", "field": "model", "role": "server"}),
+    (WarmRequest("does/not/matter.py").to_dict(), 200, {"warm": True, "role": "server"}),
+    ({"action": "cancel"}, 200, {"cancelled": 0}),
+], ids=["not-json", "not-utf8", "list", "empty", "unknown-action", "port-str", "wrong-role", "warm-no-model",
+        "warm-server", "cancel"])
+def test_handle_event_answers_without_forking(body, status, reply, monkeypatch):
+    monkeypatch.setattr(runtime, "run_in_child", lambda *args: pytest.fail("nothing may be forked"))
+
+    assert call("server", body) == (status, reply)
+
+
+def test_handle_event_gives_the_child_the_typed_request(monkeypatch):
+    seen = []
+
+    def fake_run_in_child(host, request, work):
+        seen.append((request, work))
+        return 200, {"compute_s": 0.0}
+
+    monkeypatch.setattr(runtime, "run_in_child", fake_run_in_child)
+    scheduler_request = replace(REQUEST, role="scheduler")
+
+    status, reply = call("scheduler", through_json(scheduler_request.to_dict()))
+
+    assert (status, reply) == (200, {"compute_s": 0.0, "role": "scheduler"})
+    assert seen == [(scheduler_request, runtime.run_ps_node)]
+
+
+def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passed(tmp_path):
+    request = replace(REQUEST, model_path=str(tmp_path / "missing.py"))
+
+    assert call("worker", request.to_dict()) == (
+        422, {"error": f"model file {tmp_path / 'missing.py'}: No such file or directory", "role": "worker"})
+
+
+# --------------------------------------------------------------------------- run_in_child and its deadline
+
+
+def test_run_in_child_returns_the_childs_reply_with_its_wall_time():
+    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, lambda r: {"job": r.job, "rank": 0})
+
+    assert status == 200
+    assert (reply["job"], reply["rank"]) == ("lenet-mnist", 0)
+    assert 0 <= reply["wall_s"] < 10
+
+
+def test_run_in_child_gives_up_at_the_requests_deadline():
+    host = runtime.HostState()
+    started = time.monotonic()
+
+    status, reply = runtime.run_in_child(host, replace(REQUEST, deadline_s=0.3), lambda r: time.sleep(30) or {})
+
+    assert (status, reply) == (504, {"error": "deadline of 0.3 s exceeded"})
+    assert time.monotonic() - started < 5
+    assert host.children == set()  # killed and reaped
+
+
+def test_run_in_child_turns_an_exception_into_a_500_with_the_error():
+    def work(request):
+        raise runtime.EpochError(f"empty data shard for {request.job}")
+
+    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, work)
+
+    assert status == 500
+    assert reply["error"] == "EpochError: empty data shard for lenet-mnist"
+
+
+# --------------------------------------------------------------------------- over real HTTP
+
+
+@pytest.fixture(scope="module")
+def worker_host(tmp_path_factory):
+    """The real worker function (functions.worker.main, MXNet imported) in a function host process: its URL."""
+    stderr_path = tmp_path_factory.mktemp("worker-host") / "stderr.txt"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coach.platforms.host", "--handler", "functions.worker.main:handler",
+             "--name", "worker-0"],
+            cwd=ROOT, env=HOST_ENV, stdout=subprocess.PIPE, stderr=stderr,
+        )
+    try:
+        words = read_line(process, START_TIMEOUT_S, stderr_path).split()
+        assert words[0] == "READY" and len(words) == 2, words
+        yield f"http://127.0.0.1:{int(words[1])}"
+    finally:
+        stop(process)
+
+
+def post(url: str, body: Any = None, data: bytes | None = None) -> requests.Response:
+    if data is None:
+        data = json.dumps(body).encode()  # NaN is written as NaN, which Python's json (the host's) reads back
+    return requests.post(f"{url}/", data=data, headers={**AUTH, "Content-Type": "application/json"},
+                         timeout=HTTP_TIMEOUT_S)
+
+
+def test_a_malformed_epoch_request_gets_400_naming_the_field_and_the_host_keeps_serving(worker_host):
+    reply = post(worker_host, changed(VALID, "ps.root_port", "9091"))
+
+    assert reply.status_code == 400
+    assert reply.headers["Content-Type"] == "application/json"
+    assert reply.json() == {"error": "ps.root_port: expected an integer, got str", "field": "ps.root_port",
+                            "role": "worker"}
+
+    again = post(worker_host, changed(VALID, "deadline_s", math.nan))
+    assert (again.status_code, again.json()["error"]) == (400, "deadline_s: must be finite, got nan")
+    assert requests.get(f"{worker_host}/", headers=AUTH, timeout=HTTP_TIMEOUT_S).json() == {
+        "name": "worker-0", "ready": True}
+    cancel = post(worker_host, {"action": "cancel"})
+    assert (cancel.status_code, cancel.json()) == (200, {"cancelled": 0})
+
+
+@pytest.mark.parametrize("body, data, status, error", [
+    (replace(REQUEST, role="server").to_dict(), None, 400,
+     "role: this is the worker function, got a request for the server role"),
+    (changed(VALID, "ps.node_host", DELETE), None, 400, "ps.node_host: required"),
+    (changed(VALID, "schema", 2), None, 400, "schema: version 2 is not supported (this side speaks 1)"),
+    (None, b"{\"job\": ", 400, "body: not valid JSON"),
+    (replace(REQUEST, model_path="/nonexistent/model.py").to_dict(), None, 422,
+     "model file /nonexistent/model.py: No such file or directory"),
+], ids=["wrong-role", "no-node-host", "schema-2", "truncated-json", "valid-but-no-model-file"])
+def test_the_worker_function_checks_every_request_over_http(worker_host, body, data, status, error):
+    reply = post(worker_host, body, data)
+
+    assert (reply.status_code, reply.json()["error"], reply.json()["role"]) == (status, error, "worker")

@@ -1,0 +1,110 @@
+"""Run-level policies: one signature, one registry; `static` keeps the file's counts, `coach` plans all jobs at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coach.domain.jobs import JobSpec
+from coach.model.speed import SpeedObservation
+from coach.policy.history import History
+from coach.policy.planning import CALIBRATION_POINTS, plan
+from coach.policy.run_policy import POLICIES, ClusterView, Counts, JobView, Wait
+
+CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
+
+
+def spec(name: str, workers: int | None = None, servers: int | None = None, budget: float = 10.0,
+         **fields) -> JobSpec:
+    values = dict(name=name, source=Path(f"/jobs/{name}.yaml"), model_path=Path("/jobs/m.py"), batch_size=64,
+                  optimizer="sgd", optimizer_params={}, learning_rate=0.1, target_loss=0.1, consecutive=3,
+                  max_epochs=20, budget=budget, workers=workers, servers=servers, max_workers=None,
+                  max_servers=None, seed=0, epoch_timeout_s=60.0)
+    values.update(fields)
+    return JobSpec(**values)
+
+
+def speed(w: int, s: int) -> float:
+    """Best at 3 workers, 1 server (full epochs per second)."""
+    return -0.05 * (w - 3) ** 2 - 0.05 * (s - 1) ** 2 + 0.5
+
+
+def calibrated(spent: float = 0.0) -> History:
+    observations = tuple(SpeedObservation(w, s, speed(w, s)) for w, s in CALIBRATION_POINTS)
+    return History(observations=observations, calibration_done=4, steps_done=4, last_counts=(2, 2),
+                   last_cost=0.001, spent=spent)
+
+
+def test_the_registry_has_both_policies_under_their_names():
+    assert set(POLICIES) >= {"static", "coach"}
+
+
+def test_static_gives_every_job_its_files_counts():
+    jobs = [JobView(spec("a", 2, 1), History(), 0, True), JobView(spec("b", 1, 3), History(), 4, False)]
+    decided = POLICIES["static"].decide(CLUSTER, jobs, 0.0)
+    assert decided == {"a": Counts(2, 1, True), "b": Counts(1, 3, True)}
+
+
+def test_static_needs_counts_and_never_calibrates():
+    static = POLICIES["static"]
+    assert static.check(spec("dyn")) == "workers: the static policy needs workers and servers in every job file"
+    assert static.check(spec("a", 2, 1)) is None
+    assert static.calibration(spec("a", 2, 1)) == ()
+
+
+def test_a_fixed_job_whose_last_epoch_says_the_next_is_unaffordable_is_told_so():
+    history = History(last_counts=(2, 1), last_cost=0.4, spent=9.7, steps_done=3, epochs_done=3)
+    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("a", 2, 1), history, 4, True)], 0.0)
+    assert decided["a"] == Counts(2, 1, affordable=False)
+
+
+def test_coach_calibrates_only_jobs_without_counts():
+    coach = POLICIES["coach"]
+    assert coach.calibration(spec("dyn")) == CALIBRATION_POINTS
+    assert coach.calibration(spec("fixed", 2, 1)) == ()
+
+
+def test_coach_alone_decides_what_the_single_job_planner_decides():
+    job = spec("dyn")
+    decided = POLICIES["coach"].decide(CLUSTER, [JobView(job, calibrated(), 5, True)], 0.0)["dyn"]
+    expected = plan(job, calibrated(), 12, 10.0, 0.0001)
+    assert isinstance(decided, Counts)
+    assert (decided.workers, decided.servers) == (expected.allocation.workers, expected.allocation.servers) == (3, 1)
+    assert decided.details == expected.to_dict()
+    assert decided.affordable
+
+
+def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
+    """What the old `slots_for_growth` workaround did, now a fact of the run-level decision."""
+    jobs = [JobView(spec("dyn"), calibrated(), 5, True), JobView(spec("queued", 4, 4), History(), 9, False)]
+    decided = POLICIES["coach"].decide(CLUSTER, jobs, 0.0)
+    assert decided["queued"] == Counts(4, 4, True)
+    assert decided["dyn"] == Counts(1, 1, True, decided["dyn"].details)  # 12 - 9 = 3 slots: (1,1) only
+    assert decided["dyn"].details["free_slots"] == 3
+    assert decided["dyn"].details["stopped_by"] == "capacity"
+
+
+def test_two_dynamic_jobs_share_the_free_slots_by_marginal_gain():
+    jobs = [JobView(spec("a"), calibrated(), 5, True), JobView(spec("b"), calibrated(), 5, False)]
+    decided = POLICIES["coach"].decide(ClusterView(8, 0.0001), jobs, 0.0)
+    counts = {name: (d.workers, d.servers) for name, d in decided.items()}
+    assert sum(w + s + 1 for w, s in counts.values()) <= 8
+    assert counts == {"a": (2, 1), "b": (2, 1)}  # (1,1) each, then one worker each: 4 + 4 slots
+
+
+def test_a_dynamic_job_that_cannot_start_waits_with_the_reason():
+    jobs = [JobView(spec("big", 4, 4), History(), 9, False), JobView(spec("dyn"), calibrated(), 0, True)]
+    decided = POLICIES["coach"].decide(ClusterView(10, 0.0001), jobs, 0.0)
+    assert decided["dyn"] == Wait("(1,1) needs 3 slots but only 1 are free")
+
+
+def test_an_uncalibrated_dynamic_job_waits():
+    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn"), History(), 0, True)], 0.0)
+    assert decided["dyn"] == Wait("no speed measured yet")
+
+
+@pytest.mark.parametrize("budget, affordable", [(10.0, True), (1e-9, False)])
+def test_coach_says_whether_the_planned_epoch_is_affordable(budget, affordable):
+    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn", budget=budget), calibrated(), 5, True)], 0.0)
+    assert decided["dyn"].affordable is affordable
