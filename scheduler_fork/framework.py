@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Union, runtime_checkable
 
-#: The MXNet parameter-server roles a Coach job is made of.
-ROLES = ("scheduler", "server", "worker")
+from coach.domain.identity import QUORUM
+from coach.domain.identity import ROLES as _ROLES
+
+#: The MXNet parameter-server roles a Coach job is made of (one definition: coach.domain.identity).
+ROLES = tuple(role.value for role in _ROLES)
 
 #: A job needs one PS scheduler, at least one server and at least one worker to run at all.
-DEFAULT_MIN_MEMBER: Mapping[str, int] = MappingProxyType({"scheduler": 1, "server": 1, "worker": 1})
+DEFAULT_MIN_MEMBER: Mapping[str, int] = MappingProxyType({role.value: need for role, need in QUORUM.items()})
 
 #: kube-scheduler's pod backoff: initial 1 s, doubled on every failed attempt, at most 10 s.
 INITIAL_BACKOFF_S = 1.0

@@ -13,8 +13,10 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from coach.domain.identity import ROLES as _ROLES
+
 SCHEMA = 1  # bump on any incompatible change; both sides refuse another version
-ROLES = ("scheduler", "server", "worker")
+ROLES = tuple(role.value for role in _ROLES)  # as JSON strings; one definition: coach.domain.identity
 _LEARNING_RATE_KEYS = ("learning_rate", "lr")  # set by Hyper.learning_rate alone
 _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "model", "data", "hyper", "checkpoint",
                  "deadline_s")  # EpochRequest's JSON keys, in the order from_dict checks them

@@ -21,6 +21,7 @@ class FunctionRef:
     node: str  # logical node it was placed on
     url: str  # where its HTTP trigger listens
     host: str = "127.0.0.1"  # the address the node is reached at (sent to ps-lite as DMLC_NODE_HOST)
+    instance: str = ""  # which instance of the function (a pid, a Nuclio deployment): remove() takes that one
 
     @property
     def name(self) -> str:

@@ -49,7 +49,7 @@ class LocalPlatform:
         self.log_dir = log_dir
         self.token = token
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}), TOKEN_ENV: token}
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[int, subprocess.Popen] = {}  # pid -> host; a ref names its own instance by pid
         self._lock = threading.Lock()
         self._closed = False
         self._session = threading.local()
@@ -65,13 +65,13 @@ class LocalPlatform:
                     return Failure(name, DEPLOY, "platform is shutting down")
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                         env=self.env)
-                self._procs[name] = proc
+                self._procs[proc.pid] = proc
         port = self._await_ready(proc, started + READY_TIMEOUT_S)
         if port is None:
-            self._kill(name)
+            self._kill(proc.pid)
             return Failure(name, DEPLOY, f"host did not become ready (see {self.log_dir / (name + '.log')})",
                            time.monotonic() - started)
-        return FunctionRef(fid=fid, node=node, url=f"http://{LOOPBACK}:{port}/", host=LOOPBACK)
+        return FunctionRef(fid=fid, node=node, url=f"http://{LOOPBACK}:{port}/", host=LOOPBACK, instance=str(proc.pid))
 
     @staticmethod
     def _await_ready(proc: subprocess.Popen, deadline: float) -> int | None:
@@ -127,11 +127,12 @@ class LocalPlatform:
         return scheduler.host, free_port(scheduler.host)
 
     def remove(self, ref: FunctionRef) -> None:
-        self._kill(ref.name)
+        """Kill this instance only: a fresh instance of the same function may already be starting."""
+        self._kill(int(ref.instance))
 
-    def _kill(self, name: str) -> None:
+    def _kill(self, pid: int) -> None:
         with self._lock:
-            proc = self._procs.pop(name, None)
+            proc = self._procs.pop(pid, None)
         if proc is None:
             return
         if proc.poll() is None:
@@ -148,6 +149,6 @@ class LocalPlatform:
         """Kill every host; in-flight invocations then fail as `unreachable`."""
         with self._lock:
             self._closed = True
-            names = list(self._procs)
-        for name in names:
-            self._kill(name)
+            pids = list(self._procs)
+        for pid in pids:
+            self._kill(pid)
