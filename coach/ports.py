@@ -2,7 +2,7 @@
 
 Implementations today: Placement = scheduler_fork in-process (coach.placement.fork); Platform = warm hosts on
 this machine (coach.platforms.local) or simulated speeds (coach.platforms.simulated); CheckpointStore = file://
-(coach.storage.checkpoints); RecordSink = JSON lines (coach.storage.results); View = coach.ui.progress; Clock =
+(coach.storage.checkpoints); RecordSink = JSON lines (coach.storage.results); View = coach.views.terminal; Clock =
 wall or virtual (coach.drivers). A Kubernetes scheduler and the Nuclio dashboard plug in as Placement and
 Platform; an s3:// store as CheckpointStore. Nothing here does anything: these are only shapes.
 """

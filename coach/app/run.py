@@ -31,7 +31,7 @@ from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
 from coach.ports import Platform
 from coach.storage.results import (LogFileError, ResultLog, drop_torn_tail, new_run_id, read_log_checked,
                                    write_json_atomic)
-from coach.ui.progress import VIEWS
+from coach.views.terminal import VIEWS
 
 MANIFEST_SCHEMA = 2  # 1: no schema field, no policy (its runs resume with the `coach` policy)
 

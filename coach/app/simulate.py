@@ -24,7 +24,7 @@ from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
 from coach.platforms.simulated import SimModel, SimulatedPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic
-from coach.ui.progress import QuietView
+from coach.views.terminal import QuietView
 
 START_S = 1_700_000_000.0  # a fixed simulated start, so that two runs of the same input are identical
 

@@ -13,7 +13,7 @@ OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagra
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One validated training job; built only by :func:`load_job`/:func:`load_jobs`."""
+    """One validated training job; built by coach.files.jobs (`check_job`, `load_job`, `load_jobs`)."""
 
     name: str                   # job name, safe as a file name
     source: Path                # absolute path of the job file
@@ -36,9 +36,11 @@ class JobSpec:
     max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
 
     @property
-    def is_static(self) -> bool:
-        """True when the job fixes both the worker and the server count."""
-        return self.workers is not None and self.servers is not None
+    def fixed_counts(self) -> tuple[int, int] | None:
+        """(workers, servers) when the job file fixes both, else None: the run's policy chooses them."""
+        if self.workers is None or self.servers is None:
+            return None
+        return self.workers, self.servers
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":

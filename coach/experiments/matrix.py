@@ -49,9 +49,8 @@ Selections (`coach compare A B`), each argument one of::
                                           cell, model, jobs, allocation, scheduler; VALUE may list
                                           alternatives with '|' (quote it in a shell): `scheduler=gang|gang-strict`
 
-Side effects: `load_matrix` reads the matrix, model and cluster files (and writes job files to a temporary
-folder to validate them with coach.jobs). `run_experiment` writes the experiment folder and starts runs.
-`select_runs` only reads.
+Side effects: `load_matrix` reads the matrix, model and cluster files (it validates the generated jobs in memory,
+with coach.files.jobs). `run_experiment` writes the experiment folder and starts runs. `select_runs` only reads.
 """
 
 from __future__ import annotations
@@ -59,7 +58,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +69,8 @@ from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec
 
 from coach.files.cluster import ClusterFileError, load_cluster
 from coach.files.jobs import JOB_FIELDS, YamlLoader  # the job-file format and YAML dialect belong to coach.jobs
-from coach.files.jobs import JobFileError, load_jobs
+from coach.files.jobs import check_job, load_jobs
+from coach.files.yaml_errors import invalid_yaml_line
 from coach.domain.jobs import JobSpec
 from coach.storage.results import LogFileError, new_run_id, read_log_checked, write_json_atomic
 from coach.domain.records import iso
@@ -169,6 +168,11 @@ def job_documents(matrix: Matrix, cell: Cell) -> list[dict[str, Any]]:
              **ALLOCATIONS[cell.allocation](matrix)} for i in range(1, cell.jobs + 1)]
 
 
+def job_file_text(document: Mapping[str, Any]) -> str:
+    """The YAML text of a generated job file (`run_experiment` writes it, `load_matrix` validates what it reads)."""
+    return yaml.safe_dump(dict(document), sort_keys=False)
+
+
 # --------------------------------------------------------------------------- reading the matrix file
 
 
@@ -219,9 +223,7 @@ def _read_yaml(path: Path, shown: str) -> Any:
     try:
         return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise MatrixFileError([f"{shown}: (file): invalid YAML{where}"]) from None
+        raise MatrixFileError([invalid_yaml_line(shown, error, with_problem=False)]) from None
 
 
 def load_matrix(path: str | Path) -> Matrix:
@@ -346,32 +348,32 @@ def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
 
 
 def _check_job_fields(matrix: Matrix, shown: str) -> list[str]:
-    """Validate the generated job files with coach.jobs, and report problems against the matrix's fields."""
+    """Validate the generated jobs with coach.files.jobs, in memory, and report problems against the matrix's fields.
+
+    Each job is checked as run_experiment's job file will read back (job_file_text, parsed with the job-file
+    dialect), so what passes here is what the runs load.
+    """
     lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="coach-matrix-") as folder:
-        for entry in matrix.models:
-            for allocation in matrix.allocation:
-                cell = Cell("check", entry.name, 1, allocation, matrix.schedulers[0])
-                path = Path(folder) / f"{entry.name}-{allocation}.yaml"
-                path.write_text(yaml.safe_dump(job_documents(matrix, cell)[0], sort_keys=False))
-                try:
-                    load_jobs([path])
-                except JobFileError as error:
-                    for line in error.lines:
-                        text = line.removeprefix(f"{path}: ")
-                        key, _, message = text.partition(": ")
-                        top = key.split(".")[0]
-                        if top in entry.overrides:
-                            key = f"models.{entry.name}.{key}"
-                        elif top == "model":
-                            key = f"models.{entry.name}"
-                        elif top in ("workers", "servers") and allocation == "static":
-                            key = f"static.{key}"
-                        if message == "required field missing":
-                            message += f" (give it at the top level or under models.{entry.name})"
-                        out = f"{shown}: {key}: {message}"
-                        if out not in lines:
-                            lines.append(out)
+    job = "job"  # the name check_job puts before each problem; replaced by the matrix's
+    for entry in matrix.models:
+        for allocation in matrix.allocation:
+            cell = Cell("check", entry.name, 1, allocation, matrix.schedulers[0])
+            document = yaml.load(job_file_text(job_documents(matrix, cell)[0]), Loader=YamlLoader)  # noqa: S506
+            for line in check_job(document, job, matrix.source.parent).lines:
+                text = line.removeprefix(f"{job}: ")
+                key, _, message = text.partition(": ")
+                top = key.split(".")[0]
+                if top in entry.overrides:
+                    key = f"models.{entry.name}.{key}"
+                elif top == "model":
+                    key = f"models.{entry.name}"
+                elif top in ("workers", "servers") and allocation == "static":
+                    key = f"static.{key}"
+                if message == "required field missing":
+                    message += f" (give it at the top level or under models.{entry.name})"
+                out = f"{shown}: {key}: {message}"
+                if out not in lines:
+                    lines.append(out)
     return lines
 
 
@@ -434,7 +436,7 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         paths = []
         for document in job_documents(matrix, cell):
             path = jobs_dir / f"{document['name']}.yaml"
-            path.write_text(yaml.safe_dump(document, sort_keys=False))
+            path.write_text(job_file_text(document))
             paths.append(path)
         specs[cell.cell_id] = load_jobs(paths)
         counts = ALLOCATIONS[cell.allocation](matrix)

@@ -12,6 +12,7 @@ from typing import Mapping
 import yaml
 
 from coach.domain.cluster import ClusterSpec, DEFAULT_CLUSTER, NodeSpec
+from coach.files.yaml_errors import invalid_yaml_line
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TOP_FIELDS = {"name", "price_per_slot_s", "nodes", "scheduler"}
@@ -103,7 +104,5 @@ def load_cluster(path: str | Path | None) -> ClusterSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ClusterFileError([f"{source}: (file): invalid YAML{where}"]) from None
+        raise ClusterFileError([invalid_yaml_line(source, error, with_problem=False)]) from None
     return parse_cluster(data, source)

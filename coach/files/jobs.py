@@ -25,7 +25,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,10 @@ from typing import Any
 import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
+from coach.files.yaml_errors import FILE_FIELD, invalid_yaml  # FILE_FIELD: FIELD of problems with the whole file
 
-__all__ = ["OPTIMIZERS", "JOB_FIELDS", "JobFileError", "JobSpec", "YamlLoader", "load_job", "load_jobs"]
-
-
-#: FIELD used for problems with the job file as a whole.
-FILE_FIELD = "(file)"
+__all__ = ["OPTIMIZERS", "JOB_FIELDS", "JobCheck", "JobFileError", "JobSpec", "YamlLoader", "check_job",
+           "load_job", "load_jobs"]
 
 #: Top-level functions a model file must define.
 MODEL_FUNCTIONS: tuple[str, ...] = ("build_model", "load_data")
@@ -163,11 +161,13 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-@dataclass
-class _Result:
-    lines: list[str]
-    spec: JobSpec | None = None
-    name: str | None = None  # the job name if that field alone was valid
+@dataclass(frozen=True)
+class JobCheck:
+    """What validating one job gave: the spec, or the problems (never both)."""
+
+    lines: tuple[str, ...]  # one `SHOWN: FIELD: what is wrong` line per problem; empty when spec is given
+    spec: JobSpec | None = None  # the validated job, when there is no problem
+    name: str | None = None  # the job name if that field alone was valid (load_jobs finds duplicates with it)
 
 
 class _Problems:
@@ -191,17 +191,6 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
-
-
-def _yaml_line(error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    context = getattr(error, "context", None)
-    if context and problem.startswith("but "):  # "expected a single document ..., but found ..."
-        problem = f"{context}, {problem}"
-    if mark is not None:
-        return f"invalid YAML at line {mark.line + 1}: {problem}"
-    return f"invalid YAML: {problem}"
 
 
 def _duplicate_keys(node: yaml.Node, prefix: str, seen: set[int]) -> list[tuple[str, int, int]]:
@@ -228,8 +217,8 @@ def _duplicate_keys(node: yaml.Node, prefix: str, seen: set[int]) -> list[tuple[
     return found
 
 
-def _read_mapping(path: Path, problems: _Problems) -> tuple[dict | None, set[str]]:
-    """The top-level mapping of the job file (or None) and its duplicated top-level keys."""
+def _read_mapping(path: Path, problems: _Problems) -> tuple[Any, set[str]]:
+    """The job file's top-level value (None when it could not be read) and its duplicated top-level keys."""
     if not path.exists():
         problems.add(FILE_FIELD, "file not found")
         return None, set()
@@ -251,7 +240,7 @@ def _read_mapping(path: Path, problems: _Problems) -> tuple[dict | None, set[str
         duplicates = _duplicate_keys(node, "", set()) if node is not None else []
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
-        problems.add(FILE_FIELD, _yaml_line(exc))
+        problems.add(FILE_FIELD, invalid_yaml(exc))
         return None, set()
     finally:
         loader.dispose()
@@ -260,11 +249,7 @@ def _read_mapping(path: Path, problems: _Problems) -> tuple[dict | None, set[str
         problems.add(FILE_FIELD, "file is empty, expected a mapping of job fields")
         return None, set()
     if not isinstance(data, dict):
-        problems.add(
-            FILE_FIELD,
-            f"top level must be a mapping of job fields, got {type(data).__name__}",
-        )
-        return None, set()
+        return data, set()  # check_job reports that the top level must be a mapping
     for key, first, again in duplicates:
         problems.add(key, f"duplicate key (lines {first} and {again})")
     return data, {key for key, _, _ in duplicates if "." not in key}
@@ -419,13 +404,22 @@ def _unknown_field(key: Any) -> str:
     return f" (did you mean {hint!r}?)" if hint else ""
 
 
-def _load_one(path: str | Path) -> _Result:
-    shown = str(path)
+def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path | None = None,
+              duplicated: Collection[str] = ()) -> JobCheck:
+    """Validate an already-parsed job mapping exactly as :func:`load_job` validates a job file's.
+
+    ``shown`` starts every problem line (``SHOWN: FIELD: what is wrong``), as the file's path does for a job
+    file; ``folder`` is the folder a relative ``model`` path is relative to. ``source`` becomes
+    :attr:`JobSpec.source` (default: the absolute path of ``folder/shown``). ``duplicated`` names top-level keys
+    the document repeated (a parsed mapping cannot show them): the caller reports them, so here they are only
+    skipped, and they leave the job without a spec. Reads only the model file.
+    """
     problems = _Problems(shown)
-    source = Path(os.path.abspath(Path(path)))
-    data, duplicated = _read_mapping(source, problems)
-    if data is None:
-        return _Result(problems.lines)
+    if not isinstance(data, Mapping):
+        problems.add(FILE_FIELD, f"top level must be a mapping of job fields, got {type(data).__name__}")
+        return JobCheck(tuple(problems.lines))
+    folder = Path(folder)
+    source = Path(os.path.abspath(folder / shown if source is None else source))
 
     for key in data:
         if key not in _KNOWN:
@@ -445,7 +439,7 @@ def _load_one(path: str | Path) -> _Result:
         if key == "name":
             checked: Any = _check_name(raw, problems)
         elif key == "model":
-            checked = _check_model(raw, source.parent, problems)
+            checked = _check_model(raw, folder, problems)
         elif key == "optimizer":
             checked = _check_optimizer(raw, problems)
         elif key == "optimizer_params":
@@ -473,8 +467,8 @@ def _load_one(path: str | Path) -> _Result:
         problems.add("calibration_fraction", f"must be <= 1, got {values['calibration_fraction']}")
 
     name = values.get("name")
-    if problems.lines:
-        return _Result(problems.lines, name=name)
+    if problems.lines or duplicated:
+        return JobCheck(tuple(problems.lines), name=name)
 
     merged = {**_DEFAULTS, **values}
     spec = JobSpec(
@@ -498,7 +492,21 @@ def _load_one(path: str | Path) -> _Result:
         calibration_fraction=float(merged["calibration_fraction"]),
         max_retries=merged["max_retries"],
     )
-    return _Result([], spec=spec, name=name)
+    return JobCheck((), spec=spec, name=name)
+
+
+def _load_one(path: str | Path) -> JobCheck:
+    """Read and validate one job file: problems reading it, else check_job's verdict on its mapping."""
+    shown = str(path)
+    problems = _Problems(shown)
+    source = Path(os.path.abspath(Path(path)))
+    data, duplicated = _read_mapping(source, problems)
+    if data is None:
+        return JobCheck(tuple(problems.lines))
+    checked = check_job(data, shown, source.parent, source=source, duplicated=duplicated)
+    if problems.lines:  # duplicated keys: the problems of the file come first, and there is no spec
+        return JobCheck(tuple(problems.lines) + checked.lines, name=checked.name)
+    return checked
 
 
 #: Every field a job file may have (matrix files of `coach experiment` reuse it).

@@ -169,7 +169,7 @@ class JobLifecycle:
         if self.stop_requested:
             return self._finish(now_s, INTERRUPTED)
         done = self.history.calibration_done
-        if done < len(self.calibration):
+        if done < len(self.calibration) and not self.history.epochs_done:  # never calibrate after training
             return self._calibrate(now_s, done + 1)
         self.awaiting = Awaiting.DECISION
         return [cmd.AskPolicy()]
@@ -194,6 +194,7 @@ class JobLifecycle:
             return []
         decision = event.decision
         if isinstance(decision, Wait):
+            self._decision = {}
             self._show("waiting", decision.reason)
             out = self._give_back()
             return out + self._wait(event.now_s + POLICY_WAIT_S, "ask")
@@ -253,6 +254,7 @@ class JobLifecycle:
         self._partial = {fid.name: node for fid, node in sorted(bound.items(), key=lambda kv: kv[0].sort_key())}
         if has_quorum(bound):
             self.watch_deadline_s = math.inf
+            self.requeues = 0  # the bound and its backoff count the misses of one placement, not of the job
             fresh = tuple(fid for fid in self._wanted if fid in bound and fid not in self.deployed)
             self.bound.update({fid: bound[fid] for fid in fresh})
             if fresh:

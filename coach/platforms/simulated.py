@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Protocol
 
 from coach.domain.contracts import EpochRequest, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import ERROR, Failure, FunctionRef, Reply
-from coach.storage.checkpoints import MemoryCheckpointStore
+
+
+class SavedMarks(Protocol):
+    """Where simulated rank-0 workers mark the checkpoints they 'saved' (coach.storage's memory store)."""
+
+    def mark_saved(self, prefix: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class SimModel:
 class SimulatedPlatform:
     """Deploys are instant; an epoch takes the model's time; failures are injected by (job, step, attempt)."""
 
-    store: MemoryCheckpointStore
+    store: SavedMarks
     models: Mapping[str, SimModel] = field(default_factory=dict)  # job -> its model (default: SimModel())
     fail: frozenset[tuple[str, int, int]] = frozenset()  # (job, step, attempt) whose epoch fails
     deploy_s: float = 0.0  # simulated time a deploy takes

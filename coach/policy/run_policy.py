@@ -76,7 +76,7 @@ class Policy(Protocol):
 
 def _fixed(job: JobView) -> Counts:
     """The job file's counts; affordable unless the last epoch at these counts says otherwise."""
-    counts = (job.spec.workers, job.spec.servers)
+    counts = job.spec.fixed_counts
     predicted = cost_like_last(job.history.last_cost, job.history.last_counts, counts)
     return Counts(*counts, affordable=predicted is None or predicted <= job.budget_left)
 
@@ -85,7 +85,7 @@ class StaticPolicy:
     """Every job runs at the counts its file gives, as the thesis's static runs did."""
 
     def check(self, spec: JobSpec) -> str | None:
-        if spec.workers is None or spec.servers is None:
+        if spec.fixed_counts is None:
             return "workers: the static policy needs workers and servers in every job file"
         return None
 
@@ -109,18 +109,18 @@ class CoachPolicy:
         return None
 
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
-        return () if _has_counts(spec) else CALIBRATION_POINTS
+        return () if spec.fixed_counts else CALIBRATION_POINTS
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}
-        planned = [job for job in jobs if not _has_counts(job.spec) and job.history.observations]
+        planned = [job for job in jobs if not job.spec.fixed_counts and job.history.observations]
         planned_names = {job.spec.name for job in planned}
         held_elsewhere = sum(job.held_slots for job in jobs if job.spec.name not in planned_names)
         free = max(cluster.total_slots - held_elsewhere, 0)
         plans = plan_jobs([PlanInput(job.spec, job.history, job.budget_left) for job in planned], free,
                           cluster.price_per_slot_s, self.min_gain)
         for job in jobs:
-            if _has_counts(job.spec):
+            if job.spec.fixed_counts:
                 decisions[job.spec.name] = _fixed(job)
             elif job.spec.name in planned_names:
                 chosen = plans[job.spec.name]
@@ -133,10 +133,6 @@ class CoachPolicy:
             else:  # not calibrated: nothing to decide from yet
                 decisions[job.spec.name] = Wait("no speed measured yet")
         return decisions
-
-
-def _has_counts(spec: JobSpec) -> bool:
-    return spec.workers is not None and spec.servers is not None
 
 
 #: Every run-level policy, by the name `coach run --policy` takes.

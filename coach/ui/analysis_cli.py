@@ -10,13 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
-
-
-def _fail(lines: list[str]) -> int:
-    for line in lines:
-        print(line, file=sys.stderr)
-    return EXIT_BAD_INPUT
+from coach.ui.errors import fail
 
 
 def _console():
@@ -36,11 +30,11 @@ def cmd_experiment(args) -> int:
     from coach.experiments.matrix import ALLOCATIONS, MatrixFileError, cells, load_matrix, run_experiment
 
     if args.repeat is not None and args.repeat < 1:
-        return _fail([f"--repeat: must be >= 1, got {args.repeat}"])
+        return fail([f"--repeat: must be >= 1, got {args.repeat}"])
     try:
         matrix = load_matrix(args.matrix)
     except MatrixFileError as error:
-        return _fail(error.lines)
+        return fail(error.lines)
     if args.dry_run:
         plan = cells(matrix)
         repeat = args.repeat or matrix.repeat
@@ -142,7 +136,7 @@ def cmd_compare(args) -> int:
         try:
             selections.append(select_runs(argument))
         except SelectionError as error:
-            return _fail([str(error)])
+            return fail([str(error)])
     a, b = selections
     out_dir = Path(args.out) if args.out else a.base_dir / f"compare-{new_run_id()}"
     data = compare_selections(a, b, args.test, out_dir)
@@ -173,11 +167,11 @@ def cmd_report(args) -> int:
 
     run_dir = Path(args.run_dir)
     if not (run_dir / SUMMARY).is_file():
-        return _fail([f"{args.run_dir}: (argument): not a run folder (no {SUMMARY})"])
+        return fail([f"{args.run_dir}: (argument): not a run folder (no {SUMMARY})"])
     try:
         run = read_run(run_dir, args.run_dir)
     except SelectionError as error:
-        return _fail([str(error)])
+        return fail([str(error)])
     out_dir = Path(args.out) if args.out else run_dir / "report"
     for path in write_report(run, out_dir):
         print(f"plot: {path}")

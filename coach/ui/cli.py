@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from coach.files.cluster import ClusterFileError, load_cluster
 from coach.files.jobs import JobFileError, load_jobs
+from coach.ui.errors import EXIT_BAD_INPUT, BadInput, fail as _fail  # noqa: F401 (EXIT_BAD_INPUT: re-exported)
 from scheduler_fork import PROFILES
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(lines: list[str]) -> int:
-    for line in lines:
-        print(line, file=sys.stderr)
-    return EXIT_BAD_INPUT
 
 
 def cmd_validate(args) -> int:
@@ -26,17 +21,9 @@ def cmd_validate(args) -> int:
     except JobFileError as error:
         return _fail(error.lines)
     for spec in specs:
-        counts = f"{spec.workers} workers, {spec.servers} servers" if spec.is_static else "dynamic"
+        counts = f"{spec.workers} workers, {spec.servers} servers" if spec.fixed_counts else "dynamic"
         print(f"{spec.source}: ok: job '{spec.name}' ({counts}, budget {spec.budget:g})")
     return 0
-
-
-class BadInput(Exception):
-    """Input that must be refused before anything runs; `lines` are the one-line errors to print."""
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = lines
 
 
 def _inputs(job_files, cluster_file):
@@ -73,8 +60,14 @@ def cmd_run(args) -> int:
     if args.placement_timeout <= 0:
         return _fail([f"--placement-timeout: must be > 0, got {args.placement_timeout:g}"])
     scheduler = args.scheduler or cluster.scheduler or "gang"
+    from coach.policy.run_policy import POLICIES
+
+    refused = [f"{spec.source}: {problem}" for spec in specs
+               if (problem := POLICIES[args.policy].check(spec)) is not None]
+    if refused:
+        return _fail([f"{line} (--policy {args.policy})" for line in refused])
     report = run_jobs(specs, cluster, Path(args.results), view=view, scheduler=scheduler,
-                      placement_timeout_s=args.placement_timeout)
+                      placement_timeout_s=args.placement_timeout, policy=args.policy)
     print(f"results: {report.run_dir}")
     return report.exit_code
 
@@ -83,7 +76,8 @@ def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
     specs, cluster = _inputs([args.job], args.cluster)
     spec = specs[0]
-    from coach.policy.planning import plan
+    from coach.policy.history import history_from_records
+    from coach.policy.run_policy import POLICIES, ClusterView, JobView, Wait
     from coach.storage.results import LogFileError, read_log_checked
 
     try:
@@ -99,9 +93,19 @@ def cmd_plan(args) -> int:
     if free_slots < 0:
         return _fail([f"--free-slots: must be >= 0, got {free_slots}"])
     price = max(node.price_per_slot_s for node in cluster.nodes)
-    decided = plan(spec, records, free_slots, budget_left, price)
-    print(json.dumps({"job": spec.name, "epochs_logged": len(records), "affordable": decided.affordable,
-                      **decided.to_dict()}, indent=2))
+    history = history_from_records(records)
+    history = replace(history, spent=spec.budget - budget_left)  # what --budget-left says is left
+    view = JobView(spec, history, held_slots=0, asking=True)
+    decided = POLICIES["coach"].decide(ClusterView(free_slots, price), [view], time.time())[spec.name]
+    out = {"job": spec.name, "epochs_logged": len(records)}
+    if isinstance(decided, Wait):
+        out.update({"affordable": False, "wait": decided.reason})
+    elif decided.details:
+        out.update({"affordable": decided.affordable, **decided.details})
+    else:  # the job file fixes the counts
+        out.update({"affordable": decided.affordable, "workers": decided.workers, "servers": decided.servers,
+                    "reason": "the job file fixes workers and servers"})
+    print(json.dumps(out, indent=2))
     return 0
 
 
@@ -116,6 +120,18 @@ def cmd_bench_scheduler(args) -> int:
                       "pods_placed": result.pods_placed, "seconds": round(result.seconds, 4),
                       "pods_per_s": round(result.pods_per_s, 1)}))
     return 0
+
+
+def _policies():
+    from coach.policy.run_policy import POLICIES
+
+    return POLICIES
+
+
+def _default_policy() -> str:
+    from coach.policy.run_policy import DEFAULT_POLICY
+
+    return DEFAULT_POLICY
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="scheduler_fork profile placing every function (default: the cluster file's, else gang)")
     run.add_argument("--placement-timeout", type=float, default=30.0, metavar="S",
                      help="seconds a job waits for its quorum before it gives its slots back and requeues")
+    run.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
+                     help="run-level policy deciding every job's workers and servers (default: %(default)s)")
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="print only the results folder")
     shown.add_argument("--plain", action="store_true", help="plain log lines instead of the live table")

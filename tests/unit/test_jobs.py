@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
 
-from coach.files.jobs import JobFileError, load_job, load_jobs
+from coach.files.jobs import JobCheck, JobFileError, YamlLoader, check_job, load_job, load_jobs
 
 VALID_MODEL = "def build_model():\n    return None\n\n\ndef load_data():\n    return None\n"
 
@@ -104,7 +105,7 @@ def test_a_static_job_loads_with_every_field_as_written(folder: Path) -> None:
         seed=7,
         epoch_timeout_s=120.0,
     )
-    assert spec.is_static
+    assert spec.fixed_counts == (spec.workers, spec.servers)
     assert type(spec.budget) is float and type(spec.epoch_timeout_s) is float
     assert type(spec.optimizer_params) is dict
 
@@ -131,14 +132,14 @@ def test_a_dynamic_job_gets_the_defaults(folder: Path) -> None:
         seed=0,
         epoch_timeout_s=600.0,
     )
-    assert not spec.is_static
+    assert spec.fixed_counts is None
 
 
 def test_a_dynamic_job_may_set_upper_limits_and_explicit_nulls(folder: Path) -> None:
     spec = load_job(write(folder, job_yaml() + "workers: null\nservers: ~\nmax_workers: 6\n"))
 
     assert (spec.workers, spec.servers, spec.max_workers, spec.max_servers) == (None, None, 6, None)
-    assert not spec.is_static
+    assert spec.fixed_counts is None
 
 
 def test_model_path_is_resolved_from_the_job_folder_not_the_working_directory(
@@ -373,7 +374,7 @@ def test_load_jobs_returns_specs_in_the_given_order(folder: Path) -> None:
     specs = load_jobs([str(second), first])
 
     assert [spec.name for spec in specs] == ["second", "first"]
-    assert [spec.is_static for spec in specs] == [True, False]
+    assert [spec.fixed_counts for spec in specs] == [(2, 1), None]
 
 
 def test_load_jobs_rejects_duplicate_job_names_across_files(folder: Path) -> None:
@@ -452,3 +453,37 @@ def test_two_yaml_documents_in_one_job_file_are_rejected(folder: Path) -> None:
         f"{path}: (file): invalid YAML at line 9: "
         "expected a single document in the stream, but found another document"
     ]
+
+
+# --------------------------------------------------------------------------- a job already parsed: check_job
+
+
+def test_check_job_gives_the_spec_that_loading_the_file_gives(folder: Path) -> None:
+    path = write(folder, job_yaml(learning_rate="1e-3") + "workers: 2\nservers: 1\n")
+    data = yaml.load(path.read_text(), Loader=YamlLoader)
+
+    checked = check_job(data, str(path), folder)
+
+    assert checked == JobCheck((), spec=load_job(path), name="mnist")
+
+
+# BAD_JOBS whose text parses to one value without repeated keys: a parsed mapping cannot be empty YAML or repeat a key.
+PARSED_BAD_JOBS = [param for param in BAD_JOBS if param.id not in
+                   ("invalid-yaml", "empty-file", "comment-only-file", "duplicate-key", "duplicate-nested-key")]
+
+
+@pytest.mark.parametrize(("text", "expected"), PARSED_BAD_JOBS)
+def test_check_job_reports_a_parsed_job_exactly_as_its_file(folder: Path, text: str, expected: list[str]) -> None:
+    checked = check_job(yaml.load(text, Loader=YamlLoader), "from-memory", folder)
+
+    assert checked.spec is None
+    assert list(checked.lines) == ["from-memory: " + line.replace("{dir}", str(folder)) for line in expected]
+
+
+def test_check_job_resolves_the_model_from_the_folder_it_is_given(folder: Path, tmp_path_factory) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    data = yaml.load(job_yaml(), Loader=YamlLoader)
+
+    assert check_job(data, "job", folder).spec.model_path == folder / "model.py"
+    assert check_job(data, "job", elsewhere).lines == (f"job: model: file not found: {elsewhere / 'model.py'}",)
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from coach.ui.progress import VIEWS, JobStatus, LiveView, PlainView, QuietView
+from coach.views.terminal import VIEWS, JobStatus, LiveView, PlainView, QuietView
 
 TIME = r"\d\d:\d\d:\d\d "  # every plain line starts with the wall-clock time
 

@@ -1,0 +1,758 @@
+"""coach.lifecycle.job: one job's lifecycle driven by scripted events, exact commands and records out.
+
+The tests play the driver: they answer WatchPlacement with Bindings, Deploy with Deployed, InvokeEpoch with
+EpochDone (from WorkerReply objects) or EpochFailed, WaitUntil with TimerFired and AskPolicy with Decided, at
+times they choose. Prices and durations are binary fractions, so every cost compares exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping
+
+import pytest
+
+from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
+from coach.domain.contracts import Hyper, WorkerReply
+from coach.domain.identity import FunctionId, Role, functions_for
+from coach.domain.invocation import Failure
+from coach.domain.jobs import JobSpec
+from coach.domain.records import EpochRecord, iso
+from coach.lifecycle.commands import (AskPolicy, Deploy, Finish, InvokeEpoch, PruneCheckpoints, Release, Remove,
+                                      Submit, WaitUntil, WatchPlacement, WriteRecord)
+from coach.lifecycle.events import (Bindings, Decided, Deployed, EpochDone, EpochFailed, Resume, Start,
+                                    StopRequested, TimerFired)
+from coach.lifecycle.job import (MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
+                                 requeue_backoff_s, retry_backoff_s)
+from coach.policy.history import history_from_records
+from coach.policy.run_policy import Counts, Wait
+
+RUN = "run-7"
+T0 = 1_700_000_000.0
+MODEL = "/models/lenet.py"
+HYPER = Hyper(32, "sgd", 0.05, {"momentum": 0.9}, 7)
+# node-a holds the scheduler and servers at 0.5 per slot-second, node-b the workers at 0.25
+CLUSTER = ClusterSpec("two-nodes", (NodeSpec("node-a", 4, 0.5), NodeSpec("node-b", 4, 0.25)))
+NODE = {Role.SCHEDULER: "node-a", Role.SERVER: "node-a", Role.WORKER: "node-b"}
+CALIBRATION = ((1, 1), (1, 2), (2, 1), (2, 2))
+WHY = "0/2 nodes are available: 2 Insufficient slots"
+
+F21 = functions_for("lenet", 2, 1)  # scheduler, server 0, worker 0, worker 1
+F22 = functions_for("lenet", 2, 2)
+SCHED, S0, S1, W0, W1 = F22
+# 10 s of every slot: scheduler 5, server 5, worker 2.5
+COST_21, COST_11, COST_12, COST_22 = 15.0, 12.5, 17.5, 20.0
+
+
+def job_spec(**changes) -> JobSpec:
+    spec = JobSpec(name="lenet", source=Path("/jobs/lenet.yaml"), model_path=Path(MODEL), batch_size=32,
+                   optimizer="sgd", optimizer_params={"momentum": 0.9}, learning_rate=0.05, target_loss=0.5,
+                   consecutive=3, max_epochs=10, budget=1000.0, workers=2, servers=1, max_workers=None,
+                   max_servers=None, seed=7, epoch_timeout_s=600.0, calibration_fraction=0.25, max_retries=3)
+    return replace(spec, **changes)
+
+
+def dynamic_spec(**changes) -> JobSpec:
+    return job_spec(workers=None, servers=None, **changes)
+
+
+def placed(ids) -> tuple[tuple[FunctionId, str], ...]:
+    return tuple((fid, NODE[fid.role]) for fid in ids)
+
+
+def names(ids) -> dict[str, str]:
+    return {fid.name: NODE[fid.role] for fid in ids}
+
+
+def ckpt(tag: str) -> str:
+    return f"/ckpt/lenet/{tag}"
+
+
+def invoke(ids, *, epoch: int, step: int, tag: str, load: str | None, attempt: int = 1,
+           fraction: float = 1.0) -> InvokeEpoch:
+    counts = {role: sum(1 for fid in ids if fid.role is role) for role in Role}
+    return InvokeEpoch(functions=placed(ids), workers=counts[Role.WORKER], servers=counts[Role.SERVER],
+                       epoch=epoch, step=step, attempt=attempt, data_fraction=fraction, save_tag=tag,
+                       checkpoint_load=load, model_path=MODEL, hyper=HYPER, deadline_s=600.0, timeout_s=615.0)
+
+
+def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0, hold: float = 10.0,
+               checkpoint: str | None = "saved") -> EpochDone:
+    """Every worker trains 64 samples at `loss`; rank 0 saves `/ckpt/lenet/<save_tag>`; every slot held `hold` s."""
+    workers = [fid for fid, _ in call.functions if fid.role is Role.WORKER]
+    saved = ckpt(call.save_tag) if checkpoint == "saved" else checkpoint
+    replies = {fid: WorkerReply(rank=i, num_workers=len(workers), loss_sum=loss * 64, samples=64, correct=32,
+                                compute_s=8.0 if i == 0 else 7.5, checkpoint_saved=saved if i == 0 else None)
+               for i, fid in enumerate(workers)}
+    return EpochDone(now_s=now, started_s=now - wall, wall_s=wall, replies=replies,
+                     durations_s={fid: hold for fid, _ in call.functions}, checkpoint=saved)
+
+
+def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end: float, tag: str,
+            phase: str = "training", stop: str | None = None, attempt: int = 1, budget: float = 1000.0,
+            extra: Mapping = {}) -> EpochRecord:
+    """The record of a finished step run by `ids` with the replies `epoch_done` builds."""
+    workers = sum(1 for fid in ids if fid.role is Role.WORKER)
+    servers = sum(1 for fid in ids if fid.role is Role.SERVER)
+    return EpochRecord(run_id=RUN, job="lenet", phase=phase, epoch=epoch, workers=workers, servers=servers,
+                       placement=names(ids), loss=loss, val_loss=None, accuracy=None, train_accuracy=0.5,
+                       samples=64 * workers, epoch_time_s=10.0, compute_s=8.0, start=iso(end - 10.0),
+                       end=iso(end), cost=cost, cumulative_cost=cumulative, budget=budget, stop_reason=stop,
+                       attempt=attempt, checkpoint=ckpt(tag), extra=dict(extra))
+
+
+def line(phase: str, *, epoch: int, at: float, cost: float, cumulative: float, workers: int = 2, servers: int = 1,
+         placement: Mapping = {}, stop: str | None = None, attempt: int = 1, budget: float = 1000.0,
+         extra: Mapping = {}) -> EpochRecord:
+    """A line that is not a finished step: retry, requeued or stopped."""
+    return EpochRecord(run_id=RUN, job="lenet", phase=phase, epoch=epoch, workers=workers, servers=servers,
+                       placement=dict(placement), loss=None, val_loss=None, accuracy=None, train_accuracy=None,
+                       samples=0, epoch_time_s=0.0, compute_s=None, start=iso(at), end=iso(at), cost=cost,
+                       cumulative_cost=cumulative, budget=budget, stop_reason=stop, attempt=attempt,
+                       checkpoint=None, extra=dict(extra))
+
+
+class Driver:
+    """Plays the driver for one lifecycle: sends events, answers the usual commands the usual way."""
+
+    def __init__(self, spec: JobSpec | None = None, calibration=(), cluster: ClusterSpec = CLUSTER,
+                 timeout_s: float = 30.0):
+        self.spec = spec or job_spec()
+        self.lc = JobLifecycle(self.spec, RUN, cluster, calibration, placement_timeout_s=timeout_s)
+
+    def send(self, event) -> list:
+        return self.lc.handle(event)
+
+    def bind_all(self, now: float) -> list:
+        """Bindings with every function the job holds bound on its usual node."""
+        return self.send(Bindings(now, dict(placed(self.lc.submitted))))
+
+    def deployed(self, deploy: Deploy, now: float) -> list:
+        return self.send(Deployed(now, tuple(fid for fid, _ in deploy.placements)))
+
+    def start_static(self, now: float = T0) -> InvokeEpoch:
+        """Start a (2, 1) job and run it up to its first InvokeEpoch, checking every command on the way."""
+        assert self.send(Start(now)) == [AskPolicy()]
+        assert self.send(Decided(now, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(now + 30)]
+        assert self.bind_all(now + 1) == [Deploy(placed(F21), MODEL)]
+        out = self.send(Deployed(now + 2, F21))
+        assert out == [invoke(F21, epoch=1, step=1, tag="epoch-0001", load=None)]
+        return out[0]
+
+    def train(self, now: float, decision: Counts, loss: float) -> tuple[InvokeEpoch, list]:
+        """Decided -> placement -> (Deploy) -> InvokeEpoch -> EpochDone at now + 10; the last event's commands."""
+        out = self.send(Decided(now, decision))
+        assert out[-1] == WatchPlacement(now + 30)
+        out = self.bind_all(now)
+        if isinstance(out[-1], Deploy):
+            out = self.deployed(out[-1], now)
+        call = out[-1]
+        assert isinstance(call, InvokeEpoch)
+        return call, self.send(epoch_done(call, now + 10, loss))
+
+
+STATIC = Counts(2, 1, affordable=True)
+
+
+# --------------------------------------------------------------------------- the backoff helpers
+
+
+def test_the_retry_backoff_doubles_from_half_a_second_up_to_eight():
+    assert [retry_backoff_s(a) for a in range(1, 8)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert MAX_RETRY_BACKOFF_S == 8.0
+
+
+def test_the_requeue_backoff_doubles_from_one_second_up_to_thirty():
+    assert [requeue_backoff_s(r) for r in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert MAX_REQUEUES == 5
+    assert POLICY_WAIT_S == 1.0
+
+
+# --------------------------------------------------------------------------- 1. static job to target loss
+
+
+def test_static_job_trains_until_the_target_holds_for_three_epochs_then_gives_everything_back():
+    d = Driver()
+    assert d.lc.awaiting == Awaiting.NOTHING
+    call = d.start_static(T0)
+    assert d.lc.awaiting == Awaiting.EPOCH and d.lc.status().phase == "training"
+    # epoch 1 at the target, epoch 2 above it, then 3, 4, 5 at or below it: it stops on epoch 5
+    losses = {1: 0.5, 2: 0.625, 3: 0.5, 4: 0.375, 5: 0.25}
+    out = d.send(epoch_done(call, T0 + 12, losses[1]))
+    assert out == [WriteRecord(trained(F21, epoch=1, loss=0.5, cost=COST_21, cumulative=15.0, end=T0 + 12,
+                                       tag="epoch-0001")),
+                   PruneCheckpoints(ckpt("epoch-0001")), AskPolicy()]
+    assert out[0].record.start == "2023-11-14T22:13:22.000+00:00"  # the first request, T0 + 2
+    for epoch in (2, 3, 4, 5):
+        now = T0 + 100 * epoch
+        # the functions stay placed and deployed: no Submit, no Deploy
+        assert d.send(Decided(now, STATIC)) == [WatchPlacement(now + 30)]
+        out = d.bind_all(now + 1)
+        call = invoke(F21, epoch=epoch, step=epoch, tag=f"epoch-{epoch:04d}", load=ckpt(f"epoch-{epoch - 1:04d}"))
+        assert out == [call]
+        out = d.send(epoch_done(call, now + 11, losses[epoch]))
+        record = trained(F21, epoch=epoch, loss=losses[epoch], cost=COST_21, cumulative=15.0 * epoch,
+                         end=now + 11, tag=f"epoch-{epoch:04d}", stop="target_loss" if epoch == 5 else None)
+        if epoch < 5:
+            assert out == [WriteRecord(record), PruneCheckpoints(ckpt(f"epoch-{epoch:04d}")), AskPolicy()]
+    assert out == [WriteRecord(record), PruneCheckpoints(ckpt("epoch-0005")), Remove(F21), Release(F21),
+                   Finish("target_loss")]
+    assert record.stop_reason == "target_loss" and record.epoch == 5 and record.cumulative_cost == 75.0
+    assert d.lc.done and d.lc.reason == "target_loss" and d.lc.held_slots == 0
+    assert d.lc.history.stop_reason == "target_loss" and d.lc.history.epochs_done == 5
+    status = d.lc.status()
+    assert (status.phase, status.message, status.epoch, status.cost, status.loss) == (
+        "done", "target_loss", 5, 75.0, 0.25)
+
+
+def test_a_static_job_stops_at_max_epochs_on_the_last_epochs_record():
+    d = Driver(job_spec(max_epochs=2, target_loss=0.01))
+    call = d.start_static(T0)
+    assert d.send(epoch_done(call, T0 + 12, 0.75))[-1] == AskPolicy()
+    _, out = d.train(T0 + 100, STATIC, 0.5)
+    assert out == [WriteRecord(trained(F21, epoch=2, loss=0.5, cost=COST_21, cumulative=30.0, end=T0 + 110,
+                                       tag="epoch-0002", stop="max_epochs")),
+                   PruneCheckpoints(ckpt("epoch-0002")), Remove(F21), Release(F21), Finish("max_epochs")]
+
+
+def test_stopping_uses_the_validation_loss_when_rank_0_reports_one():
+    d = Driver(job_spec(consecutive=1))
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.25)  # training loss under the target, validation loss above it
+    replies = dict(done.replies)
+    replies[W0] = replace(replies[W0], val_loss=0.75, val_accuracy=0.875)
+    out = d.send(replace(done, replies=replies))
+    record = out[0].record
+    assert (record.loss, record.val_loss, record.accuracy, record.stop_reason) == (0.25, 0.75, 0.875, None)
+    assert out[1:] == [PruneCheckpoints(ckpt("epoch-0001")), AskPolicy()]
+
+
+# --------------------------------------------------------------------------- 2. dynamic job's calibration
+
+
+def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_trains_at_the_decided_counts():
+    spec = dynamic_spec(calibration_fraction=0.125)
+    d = Driver(spec, calibration=CALIBRATION)
+    # the largest point's functions are submitted once; every point runs on a subset of them
+    assert d.send(Start(T0)) == [Submit(F22), WatchPlacement(T0 + 30)]
+    assert d.lc.status().phase == "calibration"
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F22), MODEL)]
+    out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
+    used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
+    costs = {1: COST_11, 2: COST_12, 3: COST_21, 4: COST_22}
+    cumulative = 0.0
+    for step in (1, 2, 3, 4):
+        call = invoke(used[step], epoch=0, step=step, tag=f"calibration-{step}",
+                      load=None if step == 1 else ckpt(f"calibration-{step - 1}"), fraction=0.125)
+        assert out[-1] == call
+        now = T0 + 100 * step
+        out = d.send(epoch_done(call, now, 4.0 - step))
+        cumulative += costs[step]
+        record = trained(used[step], epoch=0, loss=4.0 - step, cost=costs[step], cumulative=cumulative, end=now,
+                         tag=f"calibration-{step}", phase="calibration",
+                         extra={"calibration_step": step, "data_fraction": 0.125})
+        assert out[:2] == [WriteRecord(record), PruneCheckpoints(ckpt(f"calibration-{step}"))]
+        assert len(out) == 3
+    assert out[-1] == AskPolicy()
+    assert d.lc.awaiting == Awaiting.DECISION
+    assert (d.lc.history.calibration_done, d.lc.history.steps_done, d.lc.history.epochs_done) == (4, 4, 0)
+    assert d.lc.history.metrics == ()  # calibration mini-epochs are not epochs
+    assert cumulative == 65.0
+
+    details = {"workers": 2, "servers": 1, "predicted_cost": 15.0}
+    out = d.send(Decided(T0 + 500, Counts(2, 1, affordable=True, details=details)))
+    assert out == [Remove((S1,)), Release((S1,)), WatchPlacement(T0 + 530)]
+    assert d.lc.held_slots == 4
+    out = d.send(Bindings(T0 + 501, dict(placed(F21))))
+    call = invoke(F21, epoch=1, step=5, tag="epoch-0001", load=ckpt("calibration-4"))
+    assert out == [call]
+    out = d.send(epoch_done(call, T0 + 511, 0.75))
+    assert out == [WriteRecord(trained(F21, epoch=1, loss=0.75, cost=COST_21, cumulative=80.0, end=T0 + 511,
+                                       tag="epoch-0001", extra={"decision": details})),
+                   PruneCheckpoints(ckpt("epoch-0001")), AskPolicy()]
+    # growing again submits only what is new
+    out = d.send(Decided(T0 + 600, Counts(3, 2, affordable=True)))
+    w2 = FunctionId("lenet", Role.WORKER, 2)
+    assert out == [Submit((S1, w2)), WatchPlacement(T0 + 630)]
+    assert d.bind_all(T0 + 601) == [Deploy(placed((S1, w2)), MODEL)]
+
+
+def test_a_calibration_point_larger_than_the_cluster_stops_the_job_before_submitting():
+    small = ClusterSpec("tiny", (NodeSpec("node-a", 4, 0.5),))
+    d = Driver(dynamic_spec(), calibration=CALIBRATION, cluster=small)
+    reason = "unschedulable: needs 5 slots, the cluster has 4"
+    assert d.send(Start(T0)) == [WriteRecord(line("stopped", epoch=0, at=T0, cost=0.0, cumulative=0.0,
+                                                  workers=0, servers=0, stop=reason)),
+                                 Finish(reason)]
+    assert d.lc.status().phase == "failed"
+
+
+# --------------------------------------------------------------------------- Wait decisions
+
+
+def test_a_wait_decision_gives_the_slots_back_and_asks_again_after_the_policy_wait():
+    d = Driver(dynamic_spec(), calibration=((1, 1), (2, 2)))
+    assert d.send(Start(T0)) == [Submit(F22), WatchPlacement(T0 + 30)]
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    out = d.send(epoch_done(out[0], T0 + 12, 2.0))
+    out = d.send(epoch_done(out[-1], T0 + 22, 1.5))
+    assert out[-1] == AskPolicy()
+    assert d.send(Decided(T0 + 22, Wait("3 jobs ahead"))) == [Remove(F22), Release(F22),
+                                                                 WaitUntil(T0 + 22 + POLICY_WAIT_S)]
+    assert d.lc.held_slots == 0 and d.lc.awaiting == Awaiting.TIMER
+    assert (d.lc.status().phase, d.lc.status().message) == ("waiting", "3 jobs ahead")
+    assert d.send(TimerFired(T0 + 22.5)) == []  # not yet
+    assert d.send(TimerFired(T0 + 23)) == [AskPolicy()]
+    # a second Wait holds nothing, so it gives nothing back
+    assert d.send(Decided(T0 + 23, Wait("3 jobs ahead"))) == [WaitUntil(T0 + 24)]
+    assert d.send(TimerFired(T0 + 24)) == [AskPolicy()]
+    assert d.send(Decided(T0 + 24, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(T0 + 54)]
+    assert d.bind_all(T0 + 25) == [Deploy(placed(F21), MODEL)]  # fresh instances: the old ones were removed
+    out = d.send(Deployed(T0 + 26, F21))
+    assert out == [invoke(F21, epoch=1, step=3, tag="epoch-0001", load=ckpt("calibration-2"))]
+
+
+# --------------------------------------------------------------------------- 3. retries
+
+
+def failed(now: float, kind: str = "timeout", hold: float = 4.0, function: str = "lenet-worker-1",
+           message: str = "no reply") -> EpochFailed:
+    return EpochFailed(now, Failure(function, kind, message, hold), {fid: hold for fid in F21})
+
+
+def retry_line(at: float, *, attempt: int, cost: float, cumulative: float, will_retry: bool,
+               error: str = "lenet-worker-1: timeout: no reply", epoch: int = 1, extra: Mapping = {}) -> EpochRecord:
+    return line("retry", epoch=epoch, at=at, cost=cost, cumulative=cumulative, placement=names(F21),
+                attempt=attempt, extra={**extra, "error": error, "will_retry": will_retry})
+
+
+@pytest.mark.parametrize("max_retries, waits", [(3, [0.5, 1.0, 2.0]), (6, [0.5, 1.0, 2.0, 4.0, 8.0, 8.0])])
+def test_a_failing_epoch_is_retried_with_backoff_on_fresh_functions_then_fails_after_max_retries_plus_one(
+        max_retries, waits):
+    d = Driver(job_spec(max_retries=max_retries))
+    call = d.start_static(T0)
+    now = T0 + 20
+    for attempt, wait in enumerate(waits, start=1):
+        # 4 s of every slot: 2 + 2 + 1 + 1 = 6 per failed attempt, recorded on the attempt's own line
+        out = d.send(failed(now))
+        assert out == [WriteRecord(retry_line(now, attempt=attempt, cost=6.0, cumulative=6.0 * attempt,
+                                              will_retry=True)),
+                       WaitUntil(now + wait)]
+        assert d.lc.status().phase == "retrying"
+        assert d.send(TimerFired(now + wait - 0.25)) == []  # early
+        assert d.send(TimerFired(now + wait)) == [Remove(F21), Deploy(placed(F21), MODEL)]  # same nodes
+        assert d.send(Deployed(now + wait + 1, F21)) == [replace(call, attempt=attempt + 1)]
+        now += 100
+    attempts = max_retries + 1
+    reason = f"failed after {attempts} attempts: lenet-worker-1: timeout: no reply"
+    assert d.send(failed(now)) == [
+        WriteRecord(retry_line(now, attempt=attempts, cost=6.0, cumulative=6.0 * attempts, will_retry=False)),
+        WriteRecord(line("stopped", epoch=0, at=now, cost=0.0, cumulative=6.0 * attempts, placement=names(F21),
+                         stop=reason)),
+        Remove(F21), Release(F21), Finish(reason)]
+    assert d.lc.reason == reason and d.lc.status().phase == "failed"
+
+
+def test_a_retried_epoch_that_succeeds_records_its_attempt_and_only_its_own_cost():
+    d = Driver()
+    call = d.start_static(T0)
+    assert d.send(failed(T0 + 20))[-1] == WaitUntil(T0 + 20.5)
+    assert d.send(TimerFired(T0 + 20.5)) == [Remove(F21), Deploy(placed(F21), MODEL)]
+    second = replace(call, attempt=2)
+    assert d.send(Deployed(T0 + 21, F21)) == [second]
+    out = d.send(epoch_done(second, T0 + 31, 0.75))
+    assert out == [WriteRecord(trained(F21, epoch=1, loss=0.75, cost=COST_21, cumulative=21.0, end=T0 + 31,
+                                       tag="epoch-0001", attempt=2)),
+                   PruneCheckpoints(ckpt("epoch-0001")), AskPolicy()]
+    # the next epoch starts again at attempt 1, and the next failure waits 0.5 s again
+    assert d.send(Decided(T0 + 40, STATIC)) == [WatchPlacement(T0 + 70)]
+    assert d.bind_all(T0 + 40) == [invoke(F21, epoch=2, step=2, tag="epoch-0002", load=ckpt("epoch-0001"))]
+    out = d.send(failed(T0 + 50))
+    assert out[-1] == WaitUntil(T0 + 50.5)
+    assert out[0].record.attempt == 1 and out[0].record.epoch == 2 and out[0].record.cumulative_cost == 27.0
+
+
+def test_a_retried_calibration_step_keeps_its_step_fields_on_the_retry_line():
+    d = Driver(dynamic_spec(), calibration=((2, 1),))
+    assert d.send(Start(T0)) == [Submit(F21), WatchPlacement(T0 + 30)]
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    assert out == [invoke(F21, epoch=0, step=1, tag="calibration-1", load=None, fraction=0.25)]
+    out = d.send(failed(T0 + 10))
+    assert out == [WriteRecord(retry_line(T0 + 10, attempt=1, cost=6.0, cumulative=6.0, will_retry=True, epoch=0,
+                                          extra={"calibration_step": 1, "data_fraction": 0.25})),
+                   WaitUntil(T0 + 10.5)]
+
+
+def test_a_rejected_request_is_not_retried():
+    d = Driver()
+    d.start_static(T0)
+    reason = "failed after 1 attempts: lenet-worker-0: rejected: data.fraction: must be in (0, 1]"
+    out = d.send(failed(T0 + 20, kind="rejected", function="lenet-worker-0",
+                        message="data.fraction: must be in (0, 1]"))
+    assert out == [
+        WriteRecord(retry_line(T0 + 20, attempt=1, cost=6.0, cumulative=6.0, will_retry=False,
+                               error="lenet-worker-0: rejected: data.fraction: must be in (0, 1]")),
+        WriteRecord(line("stopped", epoch=0, at=T0 + 20, cost=0.0, cumulative=6.0, placement=names(F21),
+                         stop=reason)),
+        Remove(F21), Release(F21), Finish(reason)]
+
+
+def test_replies_that_do_not_make_one_epoch_count_as_a_failed_attempt_and_are_charged():
+    d = Driver()
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.5)
+    out = d.send(replace(done, replies={W0: done.replies[W0]}))  # worker 1's reply is missing
+    assert out == [WriteRecord(retry_line(T0 + 12, attempt=1, cost=COST_21, cumulative=COST_21, will_retry=True,
+                                          error="lenet: error: 1 worker replies for 2 workers")),
+                   WaitUntil(T0 + 12.5)]
+
+
+def test_an_epoch_without_a_saved_checkpoint_is_a_failed_attempt():
+    d = Driver()
+    call = d.start_static(T0)
+    out = d.send(epoch_done(call, T0 + 12, 0.5, checkpoint=None))
+    assert out == [WriteRecord(retry_line(T0 + 12, attempt=1, cost=COST_21, cumulative=COST_21, will_retry=True,
+                                          error="lenet-worker: error: rank 0 did not save the checkpoint")),
+                   WaitUntil(T0 + 12.5)]
+    assert d.lc.history.checkpoint is None and d.lc.history.epochs_done == 0
+
+
+def test_a_failed_deploy_stops_the_job_without_a_retry():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL)]
+    reason = "failed: lenet-worker-1: deploy: image pull failed"
+    out = d.send(Deployed(T0 + 2, (SCHED, S0, W0), Failure("lenet-worker-1", "deploy", "image pull failed")))
+    assert out == [WriteRecord(line("stopped", epoch=0, at=T0 + 2, cost=0.0, cumulative=0.0, workers=2, servers=1,
+                                    placement=names(F21), stop=reason)),
+                   Remove((SCHED, S0, W0)), Release(F21), Finish(reason)]
+
+
+# --------------------------------------------------------------------------- 4. quorum timeouts and requeues
+
+
+PARTIAL = {SCHED: "node-a", W0: "node-b"}  # no server: no quorum
+PLACED = {"lenet-scheduler-0": "node-a", "lenet-worker-0": "node-b"}
+
+
+def requeued(at: float, n: int, epoch: int = 0, cumulative: float = 0.0) -> WriteRecord:
+    return WriteRecord(line("requeued", epoch=epoch, at=at, cost=0.0, cumulative=cumulative,
+                            extra={"reason": WHY, "requeue": n, "placed": PLACED}))
+
+
+def test_no_quorum_by_the_deadline_requeues_with_backoff_and_the_sixth_timeout_is_unschedulable():
+    d = Driver()
+    assert d.send(Start(T0)) == [AskPolicy()]
+    assert d.send(Decided(T0, STATIC)) == [Submit(F21), WatchPlacement(T0 + 30)]
+    assert d.send(Bindings(T0 + 10, PARTIAL, WHY)) == []  # before the deadline it just waits
+    assert (d.lc.status().phase, d.lc.status().message) == ("waiting", f"2/4 placed: {WHY}")
+    deadline = T0 + 30
+    for n, backoff in enumerate([1.0, 2.0, 4.0, 8.0, 16.0], start=1):
+        out = d.send(Bindings(deadline, PARTIAL, WHY))
+        assert out == [Release(F21), requeued(deadline, n), WaitUntil(deadline + backoff)]
+        assert d.lc.held_slots == 0 and d.lc.status().phase == "requeued"
+        assert d.send(Bindings(deadline + 0.5, PARTIAL, WHY)) == []  # stale while it backs off
+        assert d.send(TimerFired(deadline + backoff - 0.5)) == []
+        out = d.send(TimerFired(deadline + backoff))
+        deadline = deadline + backoff + 30
+        assert out == [Submit(F21), WatchPlacement(deadline)]
+        assert d.lc.held_slots == 4
+    reason = f"unschedulable: no quorum after 6 tries: {WHY}"
+    assert reason.startswith("unschedulable: no quorum after 6 tries")
+    out = d.send(Bindings(deadline, PARTIAL, WHY))
+    assert out == [Release(F21), requeued(deadline, 6),
+                   WriteRecord(line("stopped", epoch=0, at=deadline, cost=0.0, cumulative=0.0, stop=reason)),
+                   Finish(reason)]
+    assert d.lc.done and d.lc.status().phase == "failed"
+
+
+def test_a_timer_past_the_placement_deadline_requeues_too():
+    d = Driver(timeout_s=20.0)
+    d.send(Start(T0))
+    assert d.send(Decided(T0, STATIC)) == [Submit(F21), WatchPlacement(T0 + 20)]
+    assert d.send(Bindings(T0 + 5, PARTIAL, WHY)) == []
+    assert d.send(TimerFired(T0 + 19)) == []
+    assert d.send(TimerFired(T0 + 20)) == [Release(F21), requeued(T0 + 20, 1), WaitUntil(T0 + 21)]
+
+
+def test_the_requeue_count_starts_again_once_the_job_has_had_its_quorum():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    deadline = T0 + 30
+    for n in range(1, MAX_REQUEUES + 1):  # five timeouts, then placed
+        assert d.send(Bindings(deadline, PARTIAL, WHY))[-1] == WaitUntil(deadline + requeue_backoff_s(n))
+        d.send(TimerFired(deadline + requeue_backoff_s(n)))
+        deadline += requeue_backoff_s(n) + 30
+    assert d.bind_all(deadline - 29) == [Deploy(placed(F21), MODEL)]
+    out = d.send(Deployed(deadline - 28, F21))
+    assert d.send(epoch_done(out[0], deadline - 18, 0.75))[-1] == AskPolicy()
+    # the policy makes it wait, gives the slots back, and the next placement misses its deadline once
+    now = deadline
+    assert d.send(Decided(now, Wait("cluster busy"))) == [Remove(F21), Release(F21), WaitUntil(now + 1)]
+    assert d.send(TimerFired(now + 1)) == [AskPolicy()]
+    assert d.send(Decided(now + 1, STATIC)) == [Submit(F21), WatchPlacement(now + 31)]
+    out = d.send(Bindings(now + 31, PARTIAL, WHY))
+    assert out == [Release(F21), requeued(now + 31, 1, epoch=1, cumulative=COST_21), WaitUntil(now + 32)]
+    assert not d.lc.done
+
+
+def test_a_job_needing_more_slots_than_the_cluster_has_stops_at_once():
+    d = Driver(job_spec(workers=10, servers=2), cluster=DEFAULT_CLUSTER)
+    assert d.send(Start(T0)) == [AskPolicy()]
+    reason = "unschedulable: needs 13 slots, the cluster has 12"
+    assert d.send(Decided(T0 + 1, Counts(10, 2, affordable=True))) == [
+        WriteRecord(line("stopped", epoch=0, at=T0 + 1, cost=0.0, cumulative=0.0, workers=10, servers=2,
+                         stop=reason)),
+        Finish(reason)]
+    assert d.lc.done and d.lc.held_slots == 0
+
+
+# --------------------------------------------------------------------------- 5. budget
+
+
+def test_an_unaffordable_first_decision_stops_with_budget_before_anything_is_spent():
+    d = Driver()
+    d.send(Start(T0))
+    assert d.send(Decided(T0 + 1, Counts(2, 1, affordable=False))) == [
+        WriteRecord(line("stopped", epoch=0, at=T0 + 1, cost=0.0, cumulative=0.0, stop="budget")),
+        Finish("budget")]
+    assert d.lc.status().phase == "done" and d.lc.history.spent == 0.0
+
+
+def test_an_unaffordable_later_decision_stops_with_budget_and_its_details_and_gives_the_slots_back():
+    d = Driver()
+    call = d.start_static(T0)
+    d.send(epoch_done(call, T0 + 12, 0.75))
+    details = {"predicted_cost": 20.0, "budget_left": 10.0}
+    assert d.send(Decided(T0 + 20, Counts(2, 1, affordable=False, details=details))) == [
+        WriteRecord(line("stopped", epoch=1, at=T0 + 20, cost=0.0, cumulative=15.0, placement=names(F21),
+                         stop="budget", extra={"decision": details})),
+        Remove(F21), Release(F21), Finish("budget")]
+
+
+@pytest.mark.parametrize("budget, stops", [(29.0, True), (29.5, False)])
+def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overspend_stops_with_budget(
+        budget, stops):
+    # step 1 at (1, 1) costs 12.5 on 3 slots; step 2 at (1, 2) takes 4 slots: predicted 12.5 * 4 / 3 = 16.67,
+    # so 12.5 + 16.67 = 29.17 (unscaled it would be 25, under both budgets)
+    d = Driver(dynamic_spec(budget=budget), calibration=CALIBRATION)
+    d.send(Start(T0))
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    out = d.send(epoch_done(out[0], T0 + 12, 2.0))
+    first = WriteRecord(trained((SCHED, S0, W0), epoch=0, loss=2.0, cost=COST_11, cumulative=COST_11, end=T0 + 12,
+                                tag="calibration-1", phase="calibration", budget=budget,
+                                extra={"calibration_step": 1, "data_fraction": 0.25}))
+    if stops:
+        assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
+                       WriteRecord(line("stopped", epoch=0, at=T0 + 12, cost=0.0, cumulative=12.5, workers=2,
+                                        servers=2, placement=names(F22), stop="budget", budget=budget)),
+                       Remove(F22), Release(F22), Finish("budget")]
+    else:
+        assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
+                       invoke((SCHED, S0, S1, W0), epoch=0, step=2, tag="calibration-2",
+                              load=ckpt("calibration-1"), fraction=0.25)]
+
+
+def test_a_calibration_step_that_spends_the_budget_stops_with_budget():
+    d = Driver(dynamic_spec(budget=12.5), calibration=CALIBRATION)
+    d.send(Start(T0))
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    out = d.send(epoch_done(out[0], T0 + 12, 2.0))
+    assert [type(c) for c in out] == [WriteRecord, PruneCheckpoints, WriteRecord, Remove, Release, Finish]
+    assert out[0].record.stop_reason is None and out[0].record.cumulative_cost == 12.5
+    assert out[2].record == line("stopped", epoch=0, at=T0 + 12, cost=0.0, cumulative=12.5, workers=2, servers=2,
+                                 placement=names(F22), stop="budget", budget=12.5)
+    assert out[-1] == Finish("budget")
+
+
+def test_an_epoch_that_spends_the_budget_stops_on_its_own_record():
+    d = Driver(job_spec(budget=30.0))
+    call = d.start_static(T0)
+    assert d.send(epoch_done(call, T0 + 12, 0.75))[-1] == AskPolicy()
+    _, out = d.train(T0 + 100, STATIC, 0.75)
+    assert out == [WriteRecord(trained(F21, epoch=2, loss=0.75, cost=COST_21, cumulative=30.0, end=T0 + 110,
+                                       tag="epoch-0002", stop="budget", budget=30.0)),
+                   PruneCheckpoints(ckpt("epoch-0002")), Remove(F21), Release(F21), Finish("budget")]
+    assert d.lc.status().phase == "done"
+
+
+# --------------------------------------------------------------------------- 6. Ctrl-C
+
+
+def interrupted(at: float, **fields) -> WriteRecord:
+    return WriteRecord(line("stopped", at=at, stop="interrupted", **fields))
+
+
+def test_stop_while_waiting_for_a_decision_ends_at_once():
+    d = Driver()
+    d.send(Start(T0))
+    assert d.send(StopRequested(T0 + 1)) == [interrupted(T0 + 1, epoch=0, cost=0.0, cumulative=0.0), Finish(
+        "interrupted")]
+    assert d.lc.status().phase == "interrupted" and d.lc.reason == "interrupted"
+    assert d.send(Decided(T0 + 2, STATIC)) == []
+
+
+def test_stop_while_waiting_for_bindings_releases_the_pending_pods():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    assert d.send(StopRequested(T0 + 3)) == [interrupted(T0 + 3, epoch=0, cost=0.0, cumulative=0.0),
+                                             Release(F21), Finish("interrupted")]
+    assert d.bind_all(T0 + 4) == []
+
+
+def test_stop_while_backing_off_before_a_retry_ends_at_once():
+    d = Driver()
+    d.start_static(T0)
+    assert d.send(failed(T0 + 20))[-1] == WaitUntil(T0 + 20.5)
+    assert d.send(StopRequested(T0 + 20.25)) == [
+        interrupted(T0 + 20.25, epoch=0, cost=0.0, cumulative=6.0, placement=names(F21)),
+        Remove(F21), Release(F21), Finish("interrupted")]
+    assert d.send(TimerFired(T0 + 20.5)) == []
+
+
+def test_stop_while_waiting_to_ask_the_policy_again_ends_at_once():
+    d = Driver()
+    d.send(Start(T0))
+    assert d.send(Decided(T0, Wait("busy"))) == [WaitUntil(T0 + 1)]
+    assert d.send(StopRequested(T0 + 0.5)) == [interrupted(T0 + 0.5, epoch=0, cost=0.0, cumulative=0.0),
+                                               Finish("interrupted")]
+
+
+def test_stop_during_an_epoch_waits_for_its_failure_then_ends_without_a_retry():
+    d = Driver()
+    d.start_static(T0)
+    assert d.send(StopRequested(T0 + 5)) == []  # the driver cancels the epoch
+    assert not d.lc.done and d.lc.awaiting == Awaiting.EPOCH
+    # the cancelled epoch held its slots 3 s: 1.5 + 1.5 + 0.75 + 0.75 = 4.5, carried by the closing line
+    out = d.send(failed(T0 + 6, kind="unreachable", hold=3.0, function="lenet-worker-0", message="cancelled"))
+    assert out == [interrupted(T0 + 6, epoch=0, cost=4.5, cumulative=4.5, placement=names(F21)),
+                   Remove(F21), Release(F21), Finish("interrupted")]
+
+
+def test_stop_during_a_deploy_waits_for_it_then_removes_what_was_deployed():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    d.bind_all(T0 + 1)
+    assert d.send(StopRequested(T0 + 2)) == []
+    assert d.send(Deployed(T0 + 3, F21)) == [
+        interrupted(T0 + 3, epoch=0, cost=0.0, cumulative=0.0, placement=names(F21)),
+        Remove(F21), Release(F21), Finish("interrupted")]
+
+
+def test_an_epoch_that_completes_after_a_stop_is_recorded_then_the_job_ends():
+    d = Driver()
+    call = d.start_static(T0)
+    d.send(StopRequested(T0 + 5))
+    out = d.send(epoch_done(call, T0 + 12, 0.75))
+    assert out == [WriteRecord(trained(F21, epoch=1, loss=0.75, cost=COST_21, cumulative=15.0, end=T0 + 12,
+                                       tag="epoch-0001")),
+                   PruneCheckpoints(ckpt("epoch-0001")),
+                   interrupted(T0 + 12, epoch=1, cost=0.0, cumulative=15.0, placement=names(F21)),
+                   Remove(F21), Release(F21), Finish("interrupted")]
+
+
+# --------------------------------------------------------------------------- 7. resume from an old log
+
+
+def old_line(phase: str, epoch: int, workers: int, servers: int, loss: float, start: str, end: str, cost: float,
+             cumulative: float, checkpoint: str, stop_reason: str | None = None, step: int | None = None) -> dict:
+    """A log line as the controller before the lifecycle wrote it: no `schema` field."""
+    line = {"run_id": "run-old", "job": "lenet", "phase": phase, "epoch": epoch, "workers": workers,
+            "servers": servers, "placement": {"lenet-scheduler-0": "node-a", "lenet-server-0": "node-a",
+                                              "lenet-worker-0": "node-b"},
+            "loss": loss, "val_loss": None, "accuracy": None, "train_accuracy": 0.5, "samples": 64 * workers,
+            "epoch_time_s": 10.0, "compute_s": 8.0, "start": start, "end": end, "cost": cost,
+            "cumulative_cost": cumulative, "budget": 1000.0, "stop_reason": stop_reason, "attempt": 1,
+            "checkpoint": checkpoint}
+    if step is not None:
+        line["calibration_step"] = step
+        line["data_fraction"] = 0.25
+    return line
+
+
+OLD_LOG = [
+    old_line("calibration", 0, 1, 1, 2.5, "2024-05-01T10:00:00.000+00:00", "2024-05-01T10:00:10.000+00:00",
+             3.0, 3.0, "/ckpt/lenet/calibration-1", step=1),
+    old_line("calibration", 0, 2, 2, 2.0, "2024-05-01T10:00:11.000+00:00", "2024-05-01T10:00:21.000+00:00",
+             4.0, 7.0, "/ckpt/lenet/calibration-2", step=2),
+    old_line("training", 1, 2, 1, 1.5, "2024-05-01T10:00:30.000+00:00", "2024-05-01T10:00:40.000+00:00",
+             5.0, 12.0, "/ckpt/lenet/epoch-0001"),
+    old_line("training", 2, 2, 1, 1.0, "2024-05-01T10:00:41.000+00:00", "2024-05-01T10:00:51.000+00:00",
+             6.0, 18.0, "/ckpt/lenet/epoch-0002"),
+    old_line("training", 3, 2, 1, 0.75, "2024-05-01T10:00:52.000+00:00", "2024-05-01T10:01:02.000+00:00",
+             6.0, 24.0, "/ckpt/lenet/epoch-0003", stop_reason="interrupted"),
+]
+
+
+def test_resume_from_an_old_log_continues_at_epoch_4_from_its_last_checkpoint_and_cost():
+    assert all("schema" not in line for line in OLD_LOG)
+    history = history_from_records(OLD_LOG)
+    assert (history.calibration_done, history.epochs_done, history.steps_done, history.spent,
+            history.checkpoint, history.stop_reason) == (2, 3, 5, 24.0, "/ckpt/lenet/epoch-0003", "interrupted")
+    d = Driver(dynamic_spec(), calibration=((1, 1), (2, 2)))
+    assert d.send(Resume(T0, history)) == [AskPolicy()]  # calibration is done: no step is run again
+    assert d.lc.history.stop_reason is None  # the old stop does not stop the resumed job
+    assert d.lc.status().epoch == 3 and d.lc.status().cost == 24.0
+    assert d.send(Decided(T0, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(T0 + 30)]
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL)]
+    out = d.send(Deployed(T0 + 2, F21))
+    call = invoke(F21, epoch=4, step=6, tag="epoch-0004", load="/ckpt/lenet/epoch-0003")
+    assert out == [call]
+    out = d.send(epoch_done(call, T0 + 12, 0.5))
+    assert out == [WriteRecord(trained(F21, epoch=4, loss=0.5, cost=COST_21, cumulative=39.0, end=T0 + 12,
+                                       tag="epoch-0004")),
+                   PruneCheckpoints(ckpt("epoch-0004")), AskPolicy()]
+    # the old epochs count towards the target: 0.75, 0.5 so far; one more at or below 0.5 is not enough
+    assert d.lc.history.metrics == (1.5, 1.0, 0.75, 0.5)
+
+
+def test_a_resumed_static_job_stops_on_target_counting_the_old_epochs():
+    d = Driver(job_spec(target_loss=1.0))  # epochs 2 and 3 of the old log are at or below 1.0
+    assert d.send(Resume(T0, history_from_records(OLD_LOG))) == [AskPolicy()]
+    call, out = d.train(T0, STATIC, 0.5)
+    assert call.epoch == 4 and call.step == 6 and call.checkpoint_load == "/ckpt/lenet/epoch-0003"
+    assert out[0].record.stop_reason == "target_loss" and out[0].record.cumulative_cost == 39.0
+    assert out[-1] == Finish("target_loss")
+
+
+# --------------------------------------------------------------------------- finished jobs and crashes
+
+
+def test_events_a_finished_job_gets_are_ignored():
+    d = Driver(job_spec(max_epochs=1))
+    call = d.start_static(T0)
+    assert d.send(epoch_done(call, T0 + 12, 0.75))[-1] == Finish("max_epochs")
+    for event in (Start(T0 + 20), Decided(T0 + 20, STATIC), Bindings(T0 + 20, dict(placed(F21))),
+                  Deployed(T0 + 20, F21), epoch_done(call, T0 + 20, 0.5), failed(T0 + 20), TimerFired(T0 + 20),
+                  StopRequested(T0 + 20), Resume(T0 + 20, history_from_records(OLD_LOG))):
+        assert d.send(event) == []
+    assert d.lc.crash(T0 + 20, RuntimeError("late")) == []
+    assert d.lc.reason == "max_epochs" and d.lc.history.epochs_done == 1
+
+
+def test_a_crash_stops_the_job_as_an_internal_error_and_gives_everything_back():
+    d = Driver()
+    d.start_static(T0)
+    reason = "failed: internal error: KeyError: 'lenet-worker-9'"
+    assert d.lc.crash(T0 + 5, KeyError("lenet-worker-9")) == [
+        WriteRecord(line("stopped", epoch=0, at=T0 + 5, cost=0.0, cumulative=0.0, placement=names(F21),
+                         stop=reason)),
+        Remove(F21), Release(F21), Finish(reason)]
+    assert d.lc.done and d.lc.status().phase == "failed" and d.lc.status().message == reason
+    assert d.send(StopRequested(T0 + 6)) == []
+
+
+def test_events_that_are_not_due_are_ignored():
+    d = Driver()
+    assert d.send(Start(T0)) == [AskPolicy()]
+    assert d.bind_all(T0) == []  # waiting for a decision, not bindings
+    assert d.send(Deployed(T0, F21)) == []
+    assert d.send(TimerFired(T0)) == []
+    assert d.send(Decided(T0, STATIC)) == [Submit(F21), WatchPlacement(T0 + 30)]
+    assert d.send(Decided(T0, STATIC)) == []  # already decided
+    assert d.lc.awaiting == Awaiting.BINDINGS
