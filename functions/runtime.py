@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from coach.domain.contracts import (
-    ROLES,
     ContractError,
     EpochRequest,
     PsAddress,

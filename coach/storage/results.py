@@ -11,10 +11,9 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from coach.domain.records import EpochRecord
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from coach.files.cluster import ClusterFileError, load_cluster
 from coach.files.jobs import JobFileError, load_jobs
-from coach.ui.errors import EXIT_BAD_INPUT, BadInput, fail as _fail  # noqa: F401 (EXIT_BAD_INPUT: re-exported)
+from coach.ui.errors import BadInput, fail as _fail
 from scheduler_fork import PROFILES
 
 

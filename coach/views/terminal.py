@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rich.console import Console

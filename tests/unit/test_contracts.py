@@ -9,11 +9,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-import subprocess
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import nuclio_sdk
@@ -21,7 +18,7 @@ import pytest
 import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_host import AUTH, HOST_ENV, HTTP_TIMEOUT_S, ROOT, START_TIMEOUT_S, read_line, stop
+from test_host import AUTH, HTTP_TIMEOUT_S, running_host
 
 from coach.domain.contracts import (
     SCHEMA,
@@ -365,19 +362,8 @@ def test_run_in_child_turns_an_exception_into_a_500_with_the_error():
 @pytest.fixture(scope="module")
 def worker_host(tmp_path_factory):
     """The real worker function (functions.worker.main, MXNet imported) in a function host process: its URL."""
-    stderr_path = tmp_path_factory.mktemp("worker-host") / "stderr.txt"
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coach.platforms.host", "--handler", "functions.worker.main:handler",
-             "--name", "worker-0"],
-            cwd=ROOT, env=HOST_ENV, stdout=subprocess.PIPE, stderr=stderr,
-        )
-    try:
-        words = read_line(process, START_TIMEOUT_S, stderr_path).split()
-        assert words[0] == "READY" and len(words) == 2, words
-        yield f"http://127.0.0.1:{int(words[1])}"
-    finally:
-        stop(process)
+    with running_host("functions.worker.main:handler", "worker-0", tmp_path_factory.mktemp("worker-host")) as url:
+        yield url
 
 
 def post(url: str, body: Any = None, data: bytes | None = None) -> requests.Response:

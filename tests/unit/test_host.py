@@ -8,6 +8,8 @@ It leaves by itself when the process that started it dies.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import select
@@ -63,13 +65,13 @@ def gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    """A running host for the echo handler: its base URL."""
-    stderr_path = tmp_path_factory.mktemp("host") / "stderr.txt"
+@contextlib.contextmanager
+def running_host(handler: str, name: str, folder: Path):
+    """A function host process serving `handler`: its base URL while the block runs."""
+    stderr_path = folder / "stderr.txt"
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "coach.platforms.host", "--handler", HANDLER, "--name", "echo"],
+            [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name],
             cwd=ROOT, env=HOST_ENV, stdout=subprocess.PIPE, stderr=stderr,
         )
     try:
@@ -78,6 +80,13 @@ def host(tmp_path_factory):
         yield f"http://127.0.0.1:{int(words[1])}"
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """A running host for the echo handler: its base URL."""
+    with running_host(HANDLER, "echo", tmp_path_factory.mktemp("host")) as url:
+        yield url
 
 
 # --------------------------------------------------------------------------- requests with the token
