@@ -29,6 +29,10 @@ Matrix file (YAML; paths are relative to the matrix file; unknown fields are err
     max_epochs: 10
     budget: 0.5
 
+Bounds (MATRIX_BOUNDS): `jobs` values 1-100, `repeat` 1-100, `static` counts 1-1024, `placement_timeout_s` finite
+in (0, 604800]; at most MAX_RUNS (10,000) runs; the template has the job files' bounds, and every job's seed
+(`seed + i - 1`) too. The file has the caps of coach.files.limits (1 MiB, 10,000 YAML values after aliases).
+
 Every combination is a *cell*, named `<model>-j<jobs>-<allocation>-<scheduler>` (e.g. `lenet-j2-static-gang`).
 A cell's run trains jobs `<model>-1` ... `<model>-<jobs>` concurrently; job i has seed `seed + i - 1`, so the
 same job meets every scheduler. Cells run one after another (each run is concurrent inside), and repetitions
@@ -68,11 +72,14 @@ import yaml
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec
 
 from coach.files.cluster import ClusterFileError, load_cluster
-from coach.files.jobs import JOB_FIELDS, YamlLoader  # the job-file format and YAML dialect belong to coach.jobs
+from coach.files.jobs import JOB_BOUNDS, JOB_FIELDS, JOB_NAME, YamlLoader  # the job-file format and YAML dialect
 from coach.files.jobs import check_job, load_jobs
+from coach.files.limits import (MAX_MATRIX_FILE_BYTES, MAX_MATRIX_VALUES, Bound, FileTooLarge, NotRegularFile,
+                                YamlLimitError, YamlValueError, describe, one_line, read_capped, short)
+from coach.files.runs import RunInputError, check_summary, checked_records, read_json
 from coach.files.yaml_errors import invalid_yaml_line
 from coach.domain.jobs import JobSpec
-from coach.storage.results import LogFileError, new_run_id, read_log_checked, write_json_atomic
+from coach.storage.results import new_run_id, write_json_atomic
 from coach.domain.records import iso
 
 MANIFEST = "manifest.json"
@@ -95,6 +102,17 @@ DEFAULTS: dict[str, Any] = {"allocation": ["static"], "schedulers": ["gang"], "r
 SELECTOR_KEYS: tuple[str, ...] = ("cell", "model", "jobs", "allocation", "scheduler")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,47}")  # room for `-<stamp>` and `-<i>` suffixes
+
+#: Every number of a matrix file and its bounds (the job template's fields have the job files' JOB_BOUNDS).
+MATRIX_BOUNDS: dict[str, Bound] = {
+    "jobs": Bound(True, 1, 100),  # each value: concurrent jobs per run
+    "repeat": Bound(True, 1, 100),  # runs per cell (also `coach experiment --repeat`)
+    "static.workers": JOB_BOUNDS["workers"],
+    "static.servers": JOB_BOUNDS["servers"],
+    "placement_timeout_s": Bound(False, 0.0, 7 * 24 * 3600, low_exclusive=True),
+}
+#: Most runs one experiment may have: cells x repeat.
+MAX_RUNS = 10_000
 
 
 class MatrixFileError(Exception):
@@ -163,7 +181,10 @@ def job_documents(matrix: Matrix, cell: Cell) -> list[dict[str, Any]]:
     """The job files of one cell's run, as YAML-ready mappings: `<model>-1` ... `<model>-<jobs>`."""
     entry = next(m for m in matrix.models if m.name == cell.model)
     base = {**matrix.template, **entry.overrides}
-    seed = int(base.get("seed", 0))
+    seed = base.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):  # not a seed: every job keeps it, and validation says so
+        return [{"name": f"{entry.name}-{i}", "model": str(entry.model_path), **base,
+                 **ALLOCATIONS[cell.allocation](matrix)} for i in range(1, cell.jobs + 1)]
     return [{"name": f"{entry.name}-{i}", "model": str(entry.model_path), **base, "seed": seed + i - 1,
              **ALLOCATIONS[cell.allocation](matrix)} for i in range(1, cell.jobs + 1)]
 
@@ -183,14 +204,18 @@ def _unknown(key: Any, known: Sequence[str]) -> str:
 
 def _int_list(value: Any, key: str, minimum: int, problem: Callable[[str, str], None]) -> tuple[int, ...] | None:
     if not isinstance(value, list) or not value:
-        problem(key, f"expected a non-empty list of integers, got {value!r}")
+        problem(key, f"expected a non-empty list of integers, got {short(value)}")
         return None
     bad = [v for v in value if isinstance(v, bool) or not isinstance(v, int) or v < minimum]
     if bad:
-        problem(key, f"expected integers >= {minimum}, got {bad[0]!r}")
+        problem(key, f"expected integers >= {minimum}, got {short(bad[0])}")
+        return None
+    high = MATRIX_BOUNDS[key].high
+    if any(v > high for v in value):
+        problem(key, f"expected integers <= {high}, got {short(max(value))}")
         return None
     if len(set(value)) != len(value):
-        problem(key, f"duplicate values in {value!r}")
+        problem(key, f"duplicate values in {short(value)}")
         return None
     return tuple(value)
 
@@ -199,29 +224,39 @@ def _name_list(value: Any, key: str, allowed: Sequence[str], problem) -> tuple[s
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value:
-        problem(key, f"expected a non-empty list, one or more of {', '.join(allowed)}; got {value!r}")
+        problem(key, f"expected a non-empty list, one or more of {', '.join(allowed)}; got {short(value)}")
         return None
     for item in value:
         if item not in allowed:
-            hint = difflib.get_close_matches(str(item), allowed, n=1)
-            problem(key, f"unknown {key.rstrip('s')} {item!r}; known: {', '.join(allowed)}"
+            hint = difflib.get_close_matches(str(item)[:64], allowed, n=1)
+            problem(key, f"unknown {key.rstrip('s')} {short(item)}; known: {', '.join(allowed)}"
                          + (f" (did you mean {hint[0]!r}?)" if hint else ""))
             return None
     if len(set(value)) != len(value):
-        problem(key, f"duplicate values in {value!r}")
+        problem(key, f"duplicate values in {short(value)}")
         return None
     return tuple(value)
 
 
+class _Loader(YamlLoader):
+    """The job files' YAML dialect and bounds."""
+
+    max_values = MAX_MATRIX_VALUES
+
+
 def _read_yaml(path: Path, shown: str) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_MATRIX_FILE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise MatrixFileError([f"{shown}: (file): file not found"]) from None
+    except (FileTooLarge, NotRegularFile) as error:
+        raise MatrixFileError([f"{shown}: (file): {error}"]) from None
     except (OSError, UnicodeDecodeError) as error:
         raise MatrixFileError([f"{shown}: (file): cannot read: {getattr(error, 'strerror', None) or error}"]) from None
     try:
-        return yaml.load(text, Loader=YamlLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (YamlLimitError, YamlValueError) as error:
+        raise MatrixFileError([f"{shown}: (file): {error}"]) from None
     except yaml.YAMLError as error:
         raise MatrixFileError([invalid_yaml_line(shown, error, with_problem=False)]) from None
 
@@ -238,14 +273,14 @@ def load_matrix(path: str | Path) -> Matrix:
     lines: list[str] = []
 
     def problem(key: str, message: str) -> None:
-        lines.append(f"{shown}: {key}: {message}")
+        lines.append(f"{shown}: {one_line(f'{key}: {message}')}")
 
     known = MATRIX_FIELDS + TEMPLATE_FIELDS
     for key in data:
         if key in MATRIX_OWNED_JOB_FIELDS and key != "name":
             problem(str(key), "set by the matrix (models, allocation, static), not allowed in the template")
         elif key not in known:
-            problem(str(key), _unknown(key, known))
+            problem(str(key)[:64], _unknown(str(key)[:64], known))
     for key in ("models", "jobs"):
         if key not in data:
             problem(key, "required field missing")
@@ -253,7 +288,7 @@ def load_matrix(path: str | Path) -> Matrix:
 
     name = values.get("name", source.stem)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        problem("name", f"must be 1-48 characters from letters, digits, '.', '_', '-', got {name!r}")
+        problem("name", f"must be 1-48 characters from letters, digits, '.', '_', '-', got {short(name)}")
     if not isinstance(values.get("description", ""), str):
         problem("description", "expected a string")
     jobs = _int_list(values["jobs"], "jobs", 1, problem) if "jobs" in data else None
@@ -261,15 +296,21 @@ def load_matrix(path: str | Path) -> Matrix:
     schedulers = _name_list(values["schedulers"], "schedulers", sorted(PROFILES), problem)
     repeat = values["repeat"]
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        problem("repeat", f"expected an integer >= 1, got {repeat!r}")
+        problem("repeat", f"expected an integer >= 1, got {short(repeat)}")
+    elif repeat > MATRIX_BOUNDS["repeat"].high:
+        problem("repeat", f"must be <= {MATRIX_BOUNDS['repeat'].high}, got {short(repeat)}")
     timeout = values["placement_timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        problem("placement_timeout_s", f"expected a number > 0, got {timeout!r}")
+        problem("placement_timeout_s", f"expected a number > 0, got {short(timeout)}")
+    else:
+        timeout, wrong = MATRIX_BOUNDS["placement_timeout_s"].check(timeout)
+        if wrong is not None:
+            problem("placement_timeout_s", wrong)
 
     static = values["static"]
     static_counts = (2, 2)
     if not isinstance(static, dict):
-        problem("static", f"expected a mapping with workers and servers, got {static!r}")
+        problem("static", f"expected a mapping with workers and servers, got {short(static)}")
     else:
         for key in static:
             if key not in ("workers", "servers"):
@@ -277,13 +318,15 @@ def load_matrix(path: str | Path) -> Matrix:
         counts = [static.get(k, DEFAULTS["static"][k]) for k in ("workers", "servers")]
         for key, count in zip(("workers", "servers"), counts):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                problem(f"static.{key}", f"expected an integer >= 1, got {count!r}")
+                problem(f"static.{key}", f"expected an integer >= 1, got {short(count)}")
+            elif count > MATRIX_BOUNDS[f"static.{key}"].high:
+                problem(f"static.{key}", f"must be <= {MATRIX_BOUNDS[f'static.{key}'].high}, got {short(count)}")
         static_counts = tuple(counts)
 
     cluster = DEFAULT_CLUSTER
     if data.get("cluster") is not None:
         if not isinstance(data["cluster"], str):
-            problem("cluster", f"expected the path of a cluster file, got {data['cluster']!r}")
+            problem("cluster", f"expected the path of a cluster file, got {short(data['cluster'])}")
         else:
             cluster_path = source.parent / data["cluster"]
             if not cluster_path.is_file():
@@ -296,6 +339,10 @@ def load_matrix(path: str | Path) -> Matrix:
 
     models = _models(data.get("models"), source, problem) if "models" in data else []
     template = {k: v for k, v in data.items() if k in TEMPLATE_FIELDS}
+    if not lines:
+        runs = len(models) * len(jobs) * len(allocation) * len(schedulers) * repeat
+        if runs > MAX_RUNS:
+            problem("(file)", f"{runs} runs (models x jobs x allocation x schedulers x repeat), more than {MAX_RUNS}")
     if lines:
         raise MatrixFileError(lines)
     matrix = Matrix(name=name, source=source, models=tuple(models), jobs=jobs, allocation=allocation,
@@ -310,7 +357,7 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
     if not isinstance(value, dict) or not value:
-        problem("models", f"expected a mapping of model name to model file, got {value!r}")
+        problem("models", f"expected a mapping of model name to model file, got {short(value)}")
         return []
     entries = []
     for name, item in value.items():
@@ -337,7 +384,7 @@ def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
         else:
             where = key
         if not isinstance(item, str) or not item.strip():
-            problem(where, f"expected the path of a model file, got {item!r}")
+            problem(where, f"expected the path of a model file, got {short(item)}")
             continue
         model_path = Path(os.path.abspath(source.parent / item))
         if not model_path.is_file():
@@ -355,11 +402,22 @@ def _check_job_fields(matrix: Matrix, shown: str) -> list[str]:
     """
     lines: list[str] = []
     job = "job"  # the name check_job puts before each problem; replaced by the matrix's
+    most = max(matrix.jobs)
     for entry in matrix.models:
         for allocation in matrix.allocation:
-            cell = Cell("check", entry.name, 1, allocation, matrix.schedulers[0])
-            document = yaml.load(job_file_text(job_documents(matrix, cell)[0]), Loader=YamlLoader)  # noqa: S506
-            for line in check_job(document, job, matrix.source.parent).lines:
+            cell = Cell("check", entry.name, most, allocation, matrix.schedulers[0])
+            documents = job_documents(matrix, cell)
+            # the first job, and the last of the largest cell: only the seed (seed + i - 1) differs between them
+            checked: list[str] = []
+            for index in sorted({0, len(documents) - 1}):
+                parsed = yaml.load(job_file_text(documents[index]), Loader=YamlLoader)  # noqa: S506
+                for line in check_job(parsed, job, matrix.source.parent).lines:
+                    if index == 0:
+                        checked.append(line)
+                    elif line.startswith(f"{job}: seed: ") and not any(
+                            first.startswith(f"{job}: seed: ") for first in checked):
+                        checked.append(f"{line} (the seed of job {index + 1} of {most}: seed + {index})")
+            for line in checked:
                 text = line.removeprefix(f"{job}: ")
                 key, _, message = text.partition(": ")
                 top = key.split(".")[0]
@@ -508,16 +566,16 @@ class Selection:
 
 
 def _read_json(path: Path, argument: str) -> Any:
-    import json
-
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except FileNotFoundError:
         raise SelectionError(f"{argument}: {path.name}: file not found: {path}") from None
+    except (FileTooLarge, NotRegularFile) as error:
+        raise SelectionError(f"{argument}: {path.name}: cannot read: {error}") from None
     except OSError as error:
         raise SelectionError(f"{argument}: {path.name}: cannot read: {error.strerror or error}") from None
     except ValueError as error:
-        raise SelectionError(f"{argument}: {path.name}: not JSON: {error}") from None
+        raise SelectionError(f"{argument}: {path.name}: not JSON: {one_line(str(error), 200)}") from None
 
 
 def read_run(run_dir: Path, argument: str, label: str | None = None, cell: Mapping | None = None) -> RunData:
@@ -525,20 +583,52 @@ def read_run(run_dir: Path, argument: str, label: str | None = None, cell: Mappi
     summary = _read_json(run_dir / SUMMARY, argument)
     if not isinstance(summary, dict) or not isinstance(summary.get("jobs"), dict) or "started" not in summary:
         raise SelectionError(f"{argument}: {SUMMARY}: expected a run summary with 'started' and 'jobs' in {run_dir}")
+    problem = check_summary(summary)
+    if problem is not None:
+        raise SelectionError(f"{argument}: {SUMMARY}: {problem[0]}: {problem[1]} (in {run_dir})")
     logs = {}
     for job in summary["jobs"]:
+        if not JOB_NAME.fullmatch(job):
+            raise SelectionError(f"{argument}: {SUMMARY}: jobs: {short(job)} is not a job name (in {run_dir})")
         path = run_dir / f"{job}.jsonl"
         try:
-            logs[job] = read_log_checked(path) if path.exists() else []
-        except LogFileError as error:
+            logs[job] = checked_records(path) if path.exists() else []
+        except RunInputError as error:
             raise SelectionError(f"{argument}: {error}") from None
     return RunData(label or run_dir.name, run_dir, summary, logs, cell)
+
+
+def _manifest_cells(manifest: Any, argument: str) -> list[dict]:
+    """The cells of an experiment's manifest.json, each checked for what selecting runs reads of it."""
+    def wrong(where: str, message: str) -> SelectionError:
+        return SelectionError(f"{argument}: {MANIFEST}: {where}: {message}")
+
+    if not isinstance(manifest, dict):
+        raise wrong("(file)", f"expected a JSON object, got {type(manifest).__name__}")
+    cells_ = manifest.get("cells", [])
+    if not isinstance(cells_, list):
+        raise wrong("cells", f"expected a list, got {describe(cells_)}")
+    for i, cell in enumerate(cells_):
+        if not isinstance(cell, dict):
+            raise wrong(f"cells[{i}]", f"expected a mapping, got {describe(cell)}")
+        if not isinstance(cell.get("cell"), str):
+            raise wrong(f"cells[{i}].cell", f"expected a string, got {describe(cell.get('cell'))}")
+        runs = cell.get("runs", [])
+        if not isinstance(runs, list):
+            raise wrong(f"cells[{i}].runs", f"expected a list, got {describe(runs)}")
+        for j, run in enumerate(runs):
+            where = f"cells[{i}].runs[{j}]"
+            if not isinstance(run, dict):
+                raise wrong(where, f"expected a mapping, got {describe(run)}")
+            if not isinstance(run.get("run_dir"), str) or "\0" in run["run_dir"]:
+                raise wrong(f"{where}.run_dir", f"expected a path, got {describe(run.get('run_dir'))}")
+    return cells_
 
 
 def _experiment_runs(experiment_dir: Path, argument: str, keep: Callable[[dict], bool]) -> list[RunData]:
     manifest = _read_json(experiment_dir / MANIFEST, argument)
     runs = []
-    for cell in manifest.get("cells", []):
+    for cell in _manifest_cells(manifest, argument):
         if not keep(cell):
             continue
         params = {key: cell.get(key) for key in SELECTOR_KEYS}
@@ -555,7 +645,7 @@ def parse_selector(text: str, argument: str) -> dict[str, set[str]]:
         key, equals, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not equals or not key or not value:
-            raise SelectionError(f"{argument}: (selector): expected KEY=VALUE[,KEY=VALUE...], got {part!r}")
+            raise SelectionError(f"{argument}: (selector): expected KEY=VALUE[,KEY=VALUE...], got {short(part)}")
         if key not in SELECTOR_KEYS:
             raise SelectionError(f"{argument}: {key}: unknown selector key; known: {', '.join(SELECTOR_KEYS)}")
         conditions.setdefault(key, set()).update(v.strip() for v in value.split("|"))
@@ -585,7 +675,7 @@ def select_runs(argument: str) -> Selection:
     conditions = parse_selector(selector, argument)
     manifest = _read_json(experiment_dir / MANIFEST, argument)
     for key, wanted in conditions.items():
-        present = sorted({str(cell.get(key)) for cell in manifest.get("cells", [])})
+        present = sorted({str(cell.get(key)) for cell in _manifest_cells(manifest, argument)})
         missing = sorted(wanted - set(present))
         if missing:
             raise SelectionError(f"{argument}: {key}: no cell has {key} {'|'.join(missing)}; "

@@ -12,6 +12,11 @@ where FILE is the path exactly as the user gave it and FIELD is the YAML key
 All problems of all files are collected and raised together in one
 :class:`JobFileError`, so a user fixes everything in one round.
 
+Every number has a bound (``JOB_BOUNDS``), every optimizer parameter must be one
+MXNet 1.9.1's optimizer takes (``OPTIMIZER_PARAMS``), and the file itself has the
+caps of :mod:`coach.files.limits` (size, YAML values after expanding aliases,
+nesting), so no job file costs more than a one-line error to refuse.
+
 Side effects: none besides *reading* the job files and the model files they
 name.  The model file is parsed with :mod:`ast` and never imported or executed,
 and this module does not import mxnet, so validation stays fast.
@@ -33,10 +38,13 @@ from typing import Any
 import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
+from coach.files.limits import (MAX_JOB_FILE_BYTES, MAX_JOB_VALUES, MAX_MESSAGE, MAX_MODEL_FILE_BYTES, Bound,
+                                BoundedLoader, FileTooLarge, NotRegularFile, YamlLimitError, YamlValueError,
+                                describe, field_name, one_line, read_capped, short)
 from coach.files.yaml_errors import FILE_FIELD, invalid_yaml  # FILE_FIELD: FIELD of problems with the whole file
 
-__all__ = ["OPTIMIZERS", "JOB_FIELDS", "JobCheck", "JobFileError", "JobSpec", "YamlLoader", "check_job",
-           "load_job", "load_jobs"]
+__all__ = ["OPTIMIZERS", "OPTIMIZER_PARAMS", "JOB_BOUNDS", "JOB_FIELDS", "JobCheck", "JobFileError", "JobSpec",
+           "YamlLoader", "check_job", "load_job", "load_jobs"]
 
 #: Top-level functions a model file must define.
 MODEL_FUNCTIONS: tuple[str, ...] = ("build_model", "load_data")
@@ -70,18 +78,49 @@ _DEFAULTS: dict[str, Any] = {
 }
 # Optional fields whose default is "not given": an explicit YAML null is accepted.
 _NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
-# Integer fields -> smallest allowed value.
-_INT_MIN: dict[str, int] = {
-    "batch_size": 1, "consecutive": 1, "max_epochs": 1, "seed": 0,
-    "workers": 1, "servers": 1, "max_workers": 1, "max_servers": 1, "max_retries": 0,
+
+#: Largest count of workers (or servers) of one job: each is a process on this machine.
+MAX_FUNCTIONS_PER_ROLE = 1024
+#: Largest amount of money (a job's budget, `coach plan --budget-left`): finite, and far beyond any real job.
+MAX_MONEY = 1e12
+#: Every numeric field of a job file and its bounds, checked at validation (README's Job files table lists them).
+#: `consecutive` is also at most `max_epochs`, and `workers`/`servers` at most `max_workers`/`max_servers`.
+JOB_BOUNDS: dict[str, Bound] = {
+    "batch_size": Bound(True, 1, 1_000_000),
+    "consecutive": Bound(True, 1, 1_000_000),
+    "max_epochs": Bound(True, 1, 1_000_000),
+    "workers": Bound(True, 1, MAX_FUNCTIONS_PER_ROLE),
+    "servers": Bound(True, 1, MAX_FUNCTIONS_PER_ROLE),
+    "max_workers": Bound(True, 1, MAX_FUNCTIONS_PER_ROLE),
+    "max_servers": Bound(True, 1, MAX_FUNCTIONS_PER_ROLE),
+    "seed": Bound(True, 0, 2**32 - 1),
+    "max_retries": Bound(True, 0, 100),
+    "learning_rate": Bound(False, 0.0, 1e6, low_exclusive=True),
+    "target_loss": Bound(False, 0.0, 1e12),
+    "budget": Bound(False, 0.0, MAX_MONEY, low_exclusive=True),
+    "epoch_timeout_s": Bound(False, 0.0, 7 * 24 * 3600, low_exclusive=True),
+    "calibration_fraction": Bound(False, 0.0, 1.0, low_exclusive=True),
 }
-# Float fields -> (bound, bound is exclusive).
-_FLOAT_MIN: dict[str, tuple[float, bool]] = {
-    "learning_rate": (0.0, True),
-    "target_loss": (0.0, False),
-    "budget": (0.0, True),
-    "epoch_timeout_s": (0.0, True),
-    "calibration_fraction": (0.0, True),
+
+# The keyword arguments of MXNet 1.9.1's optimizers: each class's own `__init__` parameters plus those of
+# `mxnet.optimizer.Optimizer.__init__`, which every one passes its **kwargs to (read from mxnet 1.9.1 once and
+# written here, so validation never imports mxnet; tests/unit/test_jobs.py compares the table with mxnet).
+_MXNET_OPTIMIZER_BASE = ("rescale_grad", "param_idx2name", "wd", "clip_gradient", "learning_rate", "lr_scheduler",
+                         "sym", "begin_num_update", "multi_precision", "param_dict")
+MXNET_OPTIMIZER_KWARGS: dict[str, tuple[str, ...]] = {
+    "sgd": ("momentum", "lazy_update") + _MXNET_OPTIMIZER_BASE,
+    "nag": ("momentum",) + _MXNET_OPTIMIZER_BASE,
+    "adam": ("learning_rate", "beta1", "beta2", "epsilon", "lazy_update") + _MXNET_OPTIMIZER_BASE,
+    "rmsprop": ("learning_rate", "gamma1", "gamma2", "epsilon", "centered", "clip_weights") + _MXNET_OPTIMIZER_BASE,
+    "adagrad": ("eps",) + _MXNET_OPTIMIZER_BASE,
+    "adadelta": ("rho", "epsilon") + _MXNET_OPTIMIZER_BASE,
+}
+# MXNet keyword arguments a job file cannot set: they take Python objects (or Coach's runtime sets them).
+_OBJECT_KWARGS = frozenset({"param_idx2name", "lr_scheduler", "sym", "param_dict"})
+#: optimizer -> the names its `optimizer_params` may use (numbers; the learning rate is the top-level field).
+OPTIMIZER_PARAMS: dict[str, tuple[str, ...]] = {
+    name: tuple(sorted(set(kwargs) - _OBJECT_KWARGS - {"learning_rate"}))
+    for name, kwargs in MXNET_OPTIMIZER_KWARGS.items()
 }
 # Common wrong names that difflib would not match.
 _ALIASES: dict[str, str] = {
@@ -151,14 +190,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
 
 
-def _describe(value: Any) -> str:
-    """``str '64'``, ``float 2.5``, ``bool True``, ``null`` -- for 'expected X, got ...'."""
-    if value is None:
-        return "null"
-    text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{type(value).__name__} {text}"
+_describe = describe  # ``str '64'``, ``float 2.5``, ``bool True``, ``null`` -- never the repr of a huge value
 
 
 @dataclass(frozen=True)
@@ -176,11 +208,14 @@ class _Problems:
         self.lines: list[str] = []
 
     def add(self, key: str, message: str) -> None:
-        self.lines.append(_one_line(f"{self.shown}: {key}: {message}"))
+        self.lines.append(f"{_one_line(self.shown)}: {one_line(f'{key}: {message}', MAX_MESSAGE)}")
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads YAML 1.2 floats such as ``1e-3`` (YAML 1.1 reads a string)."""
+class _Loader(BoundedLoader):
+    """SafeLoader that also reads YAML 1.2 floats such as ``1e-3`` (YAML 1.1 reads a string), with the bounds of
+    :class:`~coach.files.limits.BoundedLoader` (depth, values after expanding aliases)."""
+
+    max_values = MAX_JOB_VALUES
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -226,24 +261,32 @@ def _read_mapping(path: Path, problems: _Problems) -> tuple[Any, set[str]]:
         problems.add(FILE_FIELD, "is a directory, expected a YAML job file")
         return None, set()
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_capped(path, MAX_JOB_FILE_BYTES).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         problems.add(FILE_FIELD, f"not UTF-8 text (byte {exc.start})")
+        return None, set()
+    except (FileTooLarge, NotRegularFile) as exc:
+        problems.add(FILE_FIELD, str(exc))
         return None, set()
     except OSError as exc:
         problems.add(FILE_FIELD, f"cannot read file: {exc.strerror or exc}")
         return None, set()
 
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # the reader refuses control characters already here
         node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None  # checks the bounds first
         duplicates = _duplicate_keys(node, "", set()) if node is not None else []
-        data = loader.construct_document(node) if node is not None else None
+    except (YamlLimitError, YamlValueError) as exc:
+        problems.add(FILE_FIELD, str(exc))
+        return None, set()
     except yaml.YAMLError as exc:
         problems.add(FILE_FIELD, invalid_yaml(exc))
         return None, set()
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
     if data is None:
         problems.add(FILE_FIELD, "file is empty, expected a mapping of job fields")
@@ -255,15 +298,12 @@ def _read_mapping(path: Path, problems: _Problems) -> tuple[Any, set[str]]:
     return data, {key for key, _, _ in duplicates if "." not in key}
 
 
-def _check_int(key: str, value: Any, problems: _Problems) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        problems.add(key, f"expected an integer, got {_describe(value)}")
-        return None
-    low = _INT_MIN[key]
-    if value < low:
-        problems.add(key, f"must be >= {low}, got {value}")
-        return None
-    return value
+def _check_number(key: str, value: Any, problems: _Problems) -> int | float | None:
+    """The value of a numeric field when JOB_BOUNDS[key] allows it (floats as float), else None and a problem."""
+    checked, problem = JOB_BOUNDS[key].check(value)
+    if problem is not None:
+        problems.add(key, problem)
+    return checked
 
 
 def _as_number(value: Any) -> float | None:
@@ -276,21 +316,6 @@ def _as_number(value: Any) -> float | None:
         return math.inf
 
 
-def _check_float(key: str, value: Any, problems: _Problems) -> float | None:
-    number = _as_number(value)
-    if number is None:
-        problems.add(key, f"expected a number, got {_describe(value)}")
-        return None
-    if not math.isfinite(number):
-        problems.add(key, f"must be a finite number, got {number}")
-        return None
-    bound, exclusive = _FLOAT_MIN[key]
-    if (number <= bound) if exclusive else (number < bound):
-        problems.add(key, f"must be {'>' if exclusive else '>='} {bound:g}, got {number!r}")
-        return None
-    return number
-
-
 def _check_name(value: Any, problems: _Problems) -> str | None:
     if not isinstance(value, str):
         problems.add("name", f"expected a string, got {_describe(value)}")
@@ -299,7 +324,7 @@ def _check_name(value: Any, problems: _Problems) -> str | None:
         problems.add(
             "name",
             "must be 1-64 characters from letters, digits, '.', '_', '-' starting with "
-            f"a letter or digit (it is used as a file name), got {value!r}",
+            f"a letter or digit (it is used as a file name), got {short(value, 80)}",
         )
         return None
     return value
@@ -311,14 +336,27 @@ def _check_optimizer(value: Any, problems: _Problems) -> str | None:
         return None
     if value not in OPTIMIZERS:
         allowed = ", ".join(sorted(OPTIMIZERS))
-        hint = difflib.get_close_matches(value.lower(), sorted(OPTIMIZERS), n=1)
+        hint = difflib.get_close_matches(value.lower()[:64], sorted(OPTIMIZERS), n=1)
         suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
-        problems.add("optimizer", f"unknown optimizer {value!r}, allowed: {allowed}{suffix}")
+        problems.add("optimizer", f"unknown optimizer {short(value)}, allowed: {allowed}{suffix}")
         return None
     return value
 
 
-def _check_optimizer_params(value: Any, problems: _Problems) -> dict[str, float] | None:
+def _unknown_optimizer_param(key: str, optimizer: str) -> str | None:
+    """What is wrong with `optimizer_params.<key>` for `optimizer`, or None when MXNet's optimizer takes it."""
+    allowed = OPTIMIZER_PARAMS[optimizer]
+    if key in allowed:
+        return None
+    if key in MXNET_OPTIMIZER_KWARGS[optimizer]:
+        return f"cannot be set in a job file (MXNet's {optimizer!r} takes a Python object there)"
+    hint = difflib.get_close_matches(key[:64], allowed, n=1)
+    return (f"unknown parameter of optimizer {optimizer!r}; allowed: {', '.join(allowed)}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+
+
+def _check_optimizer_params(value: Any, problems: _Problems, optimizer: str | None = None) -> dict[str, float] | None:
+    """Names (checked against OPTIMIZER_PARAMS[optimizer] when the optimizer is known) and finite numbers."""
     if not isinstance(value, dict):
         problems.add(
             "optimizer_params",
@@ -332,9 +370,14 @@ def _check_optimizer_params(value: Any, problems: _Problems) -> dict[str, float]
             problems.add("optimizer_params", f"parameter names must be strings, got {_describe(key)}")
             ok = False
             continue
-        dotted = f"optimizer_params.{key}"
+        dotted = f"optimizer_params.{field_name(key)}"
         if key in _LR_KEYS:
             problems.add(dotted, "not allowed here, set the top-level 'learning_rate' field instead")
+            ok = False
+            continue
+        unknown = _unknown_optimizer_param(key, optimizer) if optimizer is not None else None
+        if unknown is not None:
+            problems.add(dotted, unknown)
             ok = False
             continue
         number = _as_number(item)
@@ -370,7 +413,10 @@ def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
         problems.add("model", f"must be a .py file, got {model}")
         return None
     try:
-        source = model.read_bytes()
+        source = read_capped(model, MAX_MODEL_FILE_BYTES)
+    except (FileTooLarge, NotRegularFile) as exc:
+        problems.add("model", f"cannot read {model}: {exc}")
+        return None
     except OSError as exc:
         problems.add("model", f"cannot read {model}: {exc.strerror or exc}")
         return None
@@ -379,10 +425,14 @@ def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
             warnings.simplefilter("ignore")  # e.g. SyntaxWarning for odd escapes
             tree = ast.parse(source, filename=str(model))
     except SyntaxError as exc:
-        problems.add("model", f"syntax error in {model} at line {exc.lineno}: {exc.msg}")
+        where = f" at line {exc.lineno}" if exc.lineno is not None else ""
+        problems.add("model", f"syntax error in {model}{where}: {exc.msg}")
         return None
     except ValueError as exc:  # e.g. null bytes
         problems.add("model", f"cannot parse {model}: {exc}")
+        return None
+    except (RecursionError, MemoryError):  # nesting too deep for the parser
+        problems.add("model", f"cannot parse {model}: nested too deeply")
         return None
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     missing = [name for name in MODEL_FUNCTIONS if name not in defined]
@@ -397,7 +447,7 @@ def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
 
 
 def _unknown_field(key: Any) -> str:
-    text = str(key)
+    text = str(key)[:100]
     hint = _ALIASES.get(text) or next(
         iter(difflib.get_close_matches(text, _KNOWN, n=1, cutoff=0.6)), None
     )
@@ -423,7 +473,7 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
 
     for key in data:
         if key not in _KNOWN:
-            problems.add(str(key), f"unknown field{_unknown_field(key)}")
+            problems.add(field_name(key), f"unknown field{_unknown_field(key)}")
     for key in _REQUIRED:
         if key not in data:
             problems.add(key, "required field missing")
@@ -443,11 +493,9 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         elif key == "optimizer":
             checked = _check_optimizer(raw, problems)
         elif key == "optimizer_params":
-            checked = _check_optimizer_params(raw, problems)
-        elif key in _INT_MIN:
-            checked = _check_int(key, raw, problems)
+            checked = _check_optimizer_params(raw, problems, values.get("optimizer"))
         else:
-            checked = _check_float(key, raw, problems)
+            checked = _check_number(key, raw, problems)
         if checked is not None:
             values[key] = checked
 
@@ -463,8 +511,8 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
             if values[count] > values[limit]:
                 problems.add(count, f"must be <= {limit} ({values[limit]}), got {values[count]}")
 
-    if values.get("calibration_fraction", 0.0) > 1.0:
-        problems.add("calibration_fraction", f"must be <= 1, got {values['calibration_fraction']}")
+    if "consecutive" in values and "max_epochs" in values and values["consecutive"] > values["max_epochs"]:
+        problems.add("consecutive", f"must be <= max_epochs ({values['max_epochs']}), got {values['consecutive']}")
 
     name = values.get("name")
     if problems.lines or duplicated:
@@ -511,5 +559,7 @@ def _load_one(path: str | Path) -> JobCheck:
 
 #: Every field a job file may have (matrix files of `coach experiment` reuse it).
 JOB_FIELDS: tuple[str, ...] = _KNOWN
-#: The YAML dialect of job files: safe, with YAML 1.2 floats such as `1e-3`.
+#: The YAML dialect of job files: safe, with YAML 1.2 floats such as `1e-3`, and bounded (coach.files.limits).
 YamlLoader = _Loader
+#: What a job name may be (it becomes a file name).
+JOB_NAME = _NAME_RE

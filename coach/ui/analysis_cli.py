@@ -10,7 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coach.ui.errors import fail
+from coach.ui.errors import BadInput, fail, integer
+
+#: Most runs per cell `coach experiment --repeat` may ask for (the matrix's `repeat` has the same bound).
+MAX_REPEAT = 100
 
 
 def _console():
@@ -27,14 +30,17 @@ def _num(value, digits: int = 3) -> str:
 
 
 def cmd_experiment(args) -> int:
-    from coach.experiments.matrix import ALLOCATIONS, MatrixFileError, cells, load_matrix, run_experiment
+    from coach.experiments.matrix import (ALLOCATIONS, MAX_RUNS, MatrixFileError, cells, load_matrix,
+                                          run_experiment)
 
-    if args.repeat is not None and args.repeat < 1:
-        return fail([f"--repeat: must be >= 1, got {args.repeat}"])
     try:
         matrix = load_matrix(args.matrix)
     except MatrixFileError as error:
         return fail(error.lines)
+    runs = len(cells(matrix)) * (args.repeat or matrix.repeat)
+    if runs > MAX_RUNS:
+        return fail([f"--repeat: {len(cells(matrix))} cells x {args.repeat or matrix.repeat} repeats = {runs} runs, "
+                     f"more than {MAX_RUNS}"])
     if args.dry_run:
         plan = cells(matrix)
         repeat = args.repeat or matrix.repeat
@@ -45,9 +51,17 @@ def cmd_experiment(args) -> int:
             shown = f" ({counts['workers']} workers, {counts['servers']} servers)" if counts else ""
             print(f"  {cell.cell_id}: {cell.jobs} x {cell.model}, {cell.allocation}{shown}, scheduler {cell.scheduler}")
         return 0
+    _folder("--results", args.results)
     report = run_experiment(matrix, Path(args.results), repeat=args.repeat)
     print(f"experiment: {report.experiment_dir}")
     return report.exit_code
+
+
+def _folder(option: str, folder: str) -> None:
+    """BadInput unless `folder` is a folder or does not exist yet (it is created)."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise BadInput([f"{option}: {folder}: not a folder"])
 
 
 # --------------------------------------------------------------------------- compare
@@ -138,6 +152,8 @@ def cmd_compare(args) -> int:
         except SelectionError as error:
             return fail([str(error)])
     a, b = selections
+    if args.out:
+        _folder("--out", args.out)
     out_dir = Path(args.out) if args.out else a.base_dir / f"compare-{new_run_id()}"
     data = compare_selections(a, b, args.test, out_dir)
     print_comparison(data)
@@ -172,6 +188,8 @@ def cmd_report(args) -> int:
         run = read_run(run_dir, args.run_dir)
     except SelectionError as error:
         return fail([str(error)])
+    if args.out:
+        _folder("--out", args.out)
     out_dir = Path(args.out) if args.out else run_dir / "report"
     for path in write_report(run, out_dir):
         print(f"plot: {path}")
@@ -181,28 +199,41 @@ def cmd_report(args) -> int:
 # --------------------------------------------------------------------------- wiring
 
 
-def add_commands(sub) -> None:
-    """Add the analysis sub-commands to the `coach` parser's subparsers."""
+def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
+    """Add the analysis sub-commands to the `coach` parser's subparsers.
+
+    `subparser(sub, name, **options)` makes each sub-command's parser (coach.ui.cli passes its own, so that help
+    keeps its line breaks); `epilog` ends each one's help (the exit codes).
+    """
     from coach.analysis.stats import DEFAULT_TEST, TESTS
 
-    experiment = sub.add_parser("experiment", help="run a matrix of runs (model x jobs x allocation x scheduler)")
-    experiment.add_argument("matrix", help="matrix file (see coach/experiment.py or the README)")
-    experiment.add_argument("--repeat", type=int, metavar="N", help="runs per cell (default: the matrix's repeat)")
-    experiment.add_argument("--results", default="results",
-                            help="folder for results; the experiment goes to DIR/experiments/<id>/ (default: results)")
-    experiment.add_argument("--dry-run", action="store_true", help="validate and list the cells; run nothing")
+    def make(name: str, **options):
+        options = {**options, "epilog": epilog} if epilog else options
+        return subparser(sub, name, **options) if subparser else sub.add_parser(name, **options)
+
+    experiment = make("experiment", help="run a matrix of runs (model x jobs x allocation x scheduler)")
+    experiment.add_argument("matrix", metavar="MATRIX",
+                            help="matrix file (YAML; its format is at the top of coach/experiments/matrix.py)")
+    experiment.add_argument("--repeat", type=integer(1, MAX_REPEAT), metavar="N",
+                            help=f"runs per cell, 1 <= N <= {MAX_REPEAT} (default: the matrix's repeat)")
+    experiment.add_argument("--results", default="results", metavar="DIR",
+                            help="folder for results; the experiment goes to DIR/experiments/<id>/ "
+                                 "(default: %(default)s)")
+    experiment.add_argument("--dry-run", action="store_true",
+                            help="validate and list the cells; run nothing (default: off)")
     experiment.set_defaults(func=cmd_experiment)
 
-    compare = sub.add_parser("compare", help="test whether two runs, experiments or groups of cells differ in JCT")
+    compare = make("compare", help="test whether two runs, experiments or groups of cells differ in JCT")
     compare.add_argument("a", metavar="A", help="RUN_DIR, EXPERIMENT_DIR, EXPERIMENT_DIR/CELL or EXPERIMENT_DIR:KEY=VALUE[,...]")
     compare.add_argument("b", metavar="B", help="the same forms as A")
-    compare.add_argument("--test", choices=sorted(TESTS), default=DEFAULT_TEST, help=f"default: {DEFAULT_TEST}")
+    compare.add_argument("--test", choices=sorted(TESTS), default=DEFAULT_TEST,
+                         help="statistical test (default: %(default)s)")
     compare.add_argument("--out", metavar="DIR",
                          help="folder for compare.json and the plots (default: compare-<stamp>/ in A's experiment "
                               "folder, or beside A's run folder)")
     compare.set_defaults(func=cmd_compare)
 
-    report = sub.add_parser("report", help="plot a run's loss, workers/servers and cost against budget")
-    report.add_argument("run_dir", metavar="RUN_DIR")
+    report = make("report", help="plot a run's loss, workers/servers and cost against budget")
+    report.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (with summary.json)")
     report.add_argument("--out", metavar="DIR", help="folder for the PNGs (default: RUN_DIR/report)")
     report.set_defaults(func=cmd_report)

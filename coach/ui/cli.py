@@ -1,18 +1,41 @@
-"""The `coach` command. Parses arguments, reads files, prints; the work happens in coach.app.run."""
+"""The `coach` command. Parses arguments, reads files, prints; the work happens in coach.app.run.
+
+Bad input never reaches the work: every option has a bounded, finite type (coach.ui.errors), every file is checked
+by coach.files before it is used, and whatever a user's file still manages to raise on the way (an OSError, a
+UnicodeDecodeError) becomes one line and exit code 2 in `main`, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from coach.files.cluster import ClusterFileError, load_cluster
-from coach.files.jobs import JobFileError, load_jobs
-from coach.ui.errors import BadInput, fail as _fail
+from coach.files.jobs import MAX_MONEY, JobFileError, load_jobs
+from coach.files.limits import one_line
+from coach.ui.errors import EXIT_INTERRUPTED, BadInput, Parser, fail as _fail, integer, number
 from scheduler_fork import PROFILES
+
+#: Bounds of the numeric options (README's Commands section lists them).
+MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600  # a week
+MAX_FREE_SLOTS = 100_000 * 100_000  # the largest cluster: 100,000 nodes x 100,000 slots
+MAX_BENCH_NODES = 100_000
+MAX_BENCH_PODS = 1_000_000
+MAX_SLOTS_PER_NODE = 100_000
+MAX_SEED = 2**32 - 1
+
+EXIT_CODES = """\
+exit codes:
+  0    every job ended by target_loss, max_epochs or budget (or the command did what it was asked)
+  1    a job failed (after its retries), diverged, or could not be placed; the other jobs still ran
+  2    bad input: one line per problem on stderr; nothing was started or written
+  130  interrupted by Ctrl-C or SIGTERM
+"""
 
 
 def cmd_validate(args) -> int:
@@ -38,27 +61,109 @@ def _inputs(job_files, cluster_file):
         raise BadInput(error.lines) from None
 
 
+def _prices(cluster) -> str:
+    """`0.0001 per slot-second`, or `0.0001-0.0002 per slot-second` when the nodes' prices differ."""
+    prices = sorted({node.price_per_slot_s for node in cluster.nodes})
+    shown = f"{prices[0]:g}" if len(prices) == 1 else f"{prices[0]:g}-{prices[-1]:g}"
+    return f"{shown} per slot-second"
+
+
+def _stdout_closed() -> None:
+    """Point stdout at /dev/null after a reader closed it (`coach ... | head -1`): later prints are lost, not errors."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a file descriptor (captured): nothing to redirect
+        pass
+
+
+def say(line: str) -> None:
+    """Print one line of a run's own output; a closed stdout loses it but does not stop the run."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        _stdout_closed()
+
+
+def say_cluster(cluster) -> None:
+    """Money is never silent: the cluster a run places its functions on, and what a slot-second costs there."""
+    origin = "the default cluster" if cluster.source == "(default)" else cluster.source
+    say(f"cluster: {cluster.name} ({origin}): {len(cluster.nodes)} nodes, {cluster.total_slots} slots, "
+        f"{_prices(cluster)}")
+
+
+def _results_folder(option: str, folder: str) -> None:
+    """BadInput unless `folder` is a folder or does not exist yet (it is created)."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise BadInput([f"{option}: {folder}: not a folder"])
+
+
+def _check_resume(run_dir: Path) -> dict:
+    """The run's manifest (run.json), or BadInput naming the first problems of a run folder, before resume_run
+    reads (or cuts) anything in it.
+
+    The manifest is checked as job and cluster files are (a model file that is not where the manifest says is
+    left to resume_run, which looks for it); every log line of every job as `coach plan` checks a history (a torn
+    last line excepted: resume cuts it). summary.json and the checkpoints are resume_run's to judge.
+    """
+    from coach.app.compose import PLACEMENTS, PLATFORMS
+    from coach.files.limits import FileTooLarge, NotRegularFile
+    from coach.files.runs import RunInputError, check_run_manifest, checked_records, read_json
+    from coach.policy.history import history_from_records
+    from coach.policy.run_policy import POLICIES
+
+    manifest_path = run_dir / "run.json"
+    try:
+        manifest = read_json(manifest_path)
+    except (FileTooLarge, NotRegularFile) as error:
+        raise BadInput([f"{manifest_path}: (file): {error}"]) from None
+    except OSError as error:
+        raise BadInput([f"{manifest_path}: (file): {error.strerror or error}"]) from None
+    except ValueError as error:
+        raise BadInput([f"{manifest_path}: (file): not a Coach run manifest ({error})"]) from None
+    lines = check_run_manifest(manifest, str(manifest_path), schedulers=PROFILES, policies=POLICIES,
+                               platforms=PLATFORMS, placements=PLACEMENTS)
+    if lines:
+        raise BadInput(lines)
+    for job in manifest["jobs"]:
+        log = run_dir / f"{job['name']}.jsonl"
+        if not log.exists():
+            continue
+        try:
+            history_from_records(checked_records(log, allow_torn_tail=True))
+        except RunInputError as error:
+            raise BadInput([str(error)]) from None
+        except (KeyError, TypeError, ValueError) as error:  # a combination of lines no check foresaw
+            raise BadInput([f"{log}: (file): cannot rebuild the job's history: {type(error).__name__}"]) from None
+    return manifest
+
+
 def cmd_run(args) -> int:
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     if args.resume:
         if args.files:
             return _fail(["--resume: give the run folder only, not job files (its manifest has the jobs)"])
         from coach.app.run import ResumeError, resume_run
+        from coach.domain.cluster import ClusterSpec
 
+        run_dir = Path(args.resume).resolve()
+        manifest = _check_resume(run_dir)
+        if not args.quiet:
+            say_cluster(ClusterSpec.from_dict(manifest["cluster"]))
         try:
-            report = resume_run(Path(args.resume), view=view)
+            report = resume_run(run_dir, view=view)
         except ResumeError as error:
             return _fail([str(error)])
-        print(f"results: {report.run_dir}")
+        say(f"results: {report.run_dir}")
         return report.exit_code
     if not args.files:
         return _fail(["coach run: give job files, or --resume RUN_DIR"])
     specs, cluster = _inputs(args.files, args.cluster)
-    view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
+    _results_folder("--results", args.results)
     from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
-    if args.placement_timeout <= 0:
-        return _fail([f"--placement-timeout: must be > 0, got {args.placement_timeout:g}"])
     scheduler = args.scheduler or cluster.scheduler or "gang"
     from coach.policy.run_policy import POLICIES
 
@@ -66,9 +171,11 @@ def cmd_run(args) -> int:
                if (problem := POLICIES[args.policy].check(spec)) is not None]
     if refused:
         return _fail([f"{line} (--policy {args.policy})" for line in refused])
+    if not args.quiet:
+        say_cluster(cluster)
     report = run_jobs(specs, cluster, Path(args.results), view=view, scheduler=scheduler,
                       placement_timeout_s=args.placement_timeout, policy=args.policy)
-    print(f"results: {report.run_dir}")
+    say(f"results: {report.run_dir}")
     return report.exit_code
 
 
@@ -76,13 +183,14 @@ def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
     specs, cluster = _inputs([args.job], args.cluster)
     spec = specs[0]
+    from coach.files.runs import RunInputError, checked_records
     from coach.policy.history import history_from_records
     from coach.policy.run_policy import POLICIES, ClusterView, JobView, Wait
-    from coach.storage.results import LogFileError, read_log_checked
 
+    history_path = Path(args.history)
     try:
-        records = [r for r in read_log_checked(Path(args.history)) if r.get("job") == spec.name]
-    except LogFileError as error:
+        records = checked_records(history_path, keep=lambda r: r.get("job") == spec.name)
+    except RunInputError as error:
         return _fail([str(error)])
     speed_records = [r for r in records if r.get("phase") in ("calibration", "training")]
     if not speed_records:
@@ -90,10 +198,12 @@ def cmd_plan(args) -> int:
     spent = max((float(r.get("cumulative_cost") or 0.0) for r in records), default=0.0)
     budget_left = spec.budget - spent if args.budget_left is None else args.budget_left
     free_slots = cluster.total_slots if args.free_slots is None else args.free_slots
-    if free_slots < 0:
-        return _fail([f"--free-slots: must be >= 0, got {free_slots}"])
     price = max(node.price_per_slot_s for node in cluster.nodes)
-    history = history_from_records(records)
+    try:
+        history = history_from_records(records)
+    except (KeyError, TypeError, ValueError) as error:  # a combination of lines the record check did not foresee
+        return _fail([f"{args.history}: (file): cannot rebuild the history of job '{spec.name}': "
+                      f"{type(error).__name__}"])
     history = replace(history, spent=spec.budget - budget_left)  # what --budget-left says is left
     view = JobView(spec, history, held_slots=0, asking=True)
     decided = POLICIES["coach"].decide(ClusterView(free_slots, price), [view], time.time())[spec.name]
@@ -113,8 +223,6 @@ def cmd_bench_scheduler(args) -> int:
     """Pods placed per second by a scheduler_fork profile on a synthetic cluster."""
     from scheduler_fork.bench import run_bench
 
-    if args.nodes < 1 or args.pods < 1:
-        return _fail(["--nodes and --pods: must be >= 1"])
     result = run_bench(args.nodes, args.pods, args.scheduler, seed=args.seed, slots_per_node=args.slots_per_node)
     print(json.dumps({"scheduler": args.scheduler, "nodes": args.nodes, "pods": args.pods,
                       "pods_placed": result.pods_placed, "seconds": round(result.seconds, 4),
@@ -134,60 +242,117 @@ def _default_policy() -> str:
     return DEFAULT_POLICY
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coach", description="Serverless job handler for distributed DL training")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    validate = sub.add_parser("validate", help="check job files without running anything")
-    validate.add_argument("files", nargs="+")
+    try:
+        return version("coach")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def subparser(sub, name: str, **options) -> argparse.ArgumentParser:
+    """A sub-command's parser: one-line errors (coach.ui.errors.Parser), help that keeps its line breaks."""
+    return sub.add_parser(name, formatter_class=argparse.RawDescriptionHelpFormatter, **options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="coach", description="Serverless job handler for distributed DL training",
+                    epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = subparser(sub, "validate", help="check job files without running anything", epilog=EXIT_CODES)
+    validate.add_argument("files", nargs="+", metavar="FILE", help="job files (YAML) to check")
     validate.set_defaults(func=cmd_validate)
 
-    run = sub.add_parser("run", help="train every job concurrently on the embedded platform")
-    run.add_argument("files", nargs="*")
+    run = subparser(sub, "run", help="train every job concurrently on the embedded platform", epilog=EXIT_CODES)
+    run.add_argument("files", nargs="*", metavar="FILE", help="job files (YAML) to train; none with --resume")
     run.add_argument("--resume", metavar="RUN_DIR",
-                     help="continue the unfinished jobs of a run from their last epoch and checkpoint")
-    run.add_argument("--cluster", help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
-    run.add_argument("--results", default="results", help="folder for run folders (default: results)")
+                     help="continue the unfinished jobs of a run from their last epoch and checkpoint "
+                          "(default: a new run)")
+    run.add_argument("--cluster", metavar="FILE",
+                     help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
+    run.add_argument("--results", default="results", metavar="DIR",
+                     help="folder for run folders (default: %(default)s)")
     run.add_argument("--scheduler", choices=sorted(PROFILES),
                      help="scheduler_fork profile placing every function (default: the cluster file's, else gang)")
-    run.add_argument("--placement-timeout", type=float, default=30.0, metavar="S",
-                     help="seconds a job waits for its quorum before it gives its slots back and requeues")
+    run.add_argument("--placement-timeout", type=number(0.0, MAX_PLACEMENT_TIMEOUT_S, low_exclusive=True),
+                     default=30.0, metavar="S",
+                     help="seconds a job waits for its quorum before it gives its slots back and requeues; "
+                          f"0 < S <= {MAX_PLACEMENT_TIMEOUT_S} (default: %(default)g)")
     run.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
                      help="run-level policy deciding every job's workers and servers (default: %(default)s)")
     shown = run.add_mutually_exclusive_group()
-    shown.add_argument("--quiet", action="store_true", help="print only the results folder")
-    shown.add_argument("--plain", action="store_true", help="plain log lines instead of the live table")
+    shown.add_argument("--quiet", action="store_true",
+                       help="print only the results folder (default: off)")
+    shown.add_argument("--plain", action="store_true",
+                       help="plain log lines instead of the live table (default: off; on when not a terminal)")
     run.set_defaults(func=cmd_run)
 
-    planner = sub.add_parser("plan", help="print the fit and the counts Coach would choose next, as JSON")
-    planner.add_argument("job")
-    planner.add_argument("--history", required=True, help="the job's results log (JSON lines)")
-    planner.add_argument("--free-slots", type=int, help="slots the decision may use (default: the whole cluster)")
-    planner.add_argument("--budget-left", type=float, help="money left (default: budget - last cumulative_cost)")
-    planner.add_argument("--cluster", help="cluster file for prices and size (default: the thesis cluster)")
+    planner = subparser(sub, "plan", help="print the fit and the counts Coach would choose next, as JSON",
+                        epilog=EXIT_CODES)
+    planner.add_argument("job", metavar="JOB", help="the job file (YAML)")
+    planner.add_argument("--history", required=True, metavar="LOG",
+                         help="the job's results log (JSON lines) (required, no default)")
+    planner.add_argument("--free-slots", type=integer(0, MAX_FREE_SLOTS), metavar="N",
+                         help=f"slots the decision may use, 0 <= N <= {MAX_FREE_SLOTS} (default: the whole cluster)")
+    planner.add_argument("--budget-left", type=number(0.0, MAX_MONEY), metavar="X",
+                         help=f"money left, 0 <= X <= {MAX_MONEY:g} (default: budget - last cumulative_cost)")
+    planner.add_argument("--cluster", metavar="FILE",
+                         help="cluster file for prices and size (default: the thesis cluster)")
     planner.set_defaults(func=cmd_plan)
 
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="what", required=True)
-    bench_scheduler = bench.add_parser("scheduler", help="pods placed per second by a scheduler profile")
-    bench_scheduler.add_argument("--nodes", type=int, default=7500)
-    bench_scheduler.add_argument("--pods", type=int, default=20000)
-    bench_scheduler.add_argument("--slots-per-node", type=int, default=4)
-    bench_scheduler.add_argument("--scheduler", choices=sorted(PROFILES), default="gang")
-    bench_scheduler.add_argument("--seed", type=int, default=0)
+    bench = subparser(sub, "bench", help="benchmarks").add_subparsers(dest="what", required=True, metavar="WHAT")
+    bench_scheduler = subparser(bench, "scheduler", help="pods placed per second by a scheduler profile",
+                                epilog=EXIT_CODES)
+    bench_scheduler.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=7500, metavar="N",
+                                 help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
+    bench_scheduler.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=20000, metavar="P",
+                                 help=f"pods to place, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
+    bench_scheduler.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
+                                 help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
+    bench_scheduler.add_argument("--scheduler", choices=sorted(PROFILES), default="gang",
+                                 help="scheduler_fork profile (default: %(default)s)")
+    bench_scheduler.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
+                                 help=f"seed of the synthetic cluster, 0 <= N <= {MAX_SEED} (default: %(default)s)")
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
 
     from coach.ui.analysis_cli import add_commands
 
-    add_commands(sub)
+    add_commands(sub, subparser, EXIT_CODES)
     return parser
 
 
+def _file_error(error: OSError | UnicodeDecodeError) -> str:
+    """One line for an OSError or a UnicodeDecodeError that no command turned into its own message."""
+    if isinstance(error, UnicodeDecodeError):
+        return f"coach: (file): a file is not UTF-8 text (byte {error.start})"
+    where = "coach" if error.filename is None else one_line(str(error.filename), 200)
+    return f"{where}: (file): {error.strerror or error}"
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, --version (0) or an argparse error, already printed (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    except BrokenPipeError:  # `coach --help | head -1`
+        _stdout_closed()
+        return 1
     try:
         return args.func(args)
     except BadInput as error:
         return _fail(error.lines)
+    except BrokenPipeError:  # the reader of stdout went away (`coach ... | head -1`): not bad input
+        _stdout_closed()
+        return 1
+    except (OSError, UnicodeDecodeError) as error:  # a user's file that no check foresaw: one line, no traceback
+        return _fail([_file_error(error)])
+    except KeyboardInterrupt:
+        print("coach: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

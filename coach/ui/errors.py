@@ -2,18 +2,30 @@
 
 Why this module exists: every `coach` sub-command (coach.ui.cli and coach.ui.analysis_cli) refuses bad input the
 same way, by printing one `WHERE: FIELD: what is wrong` line per problem on stderr and exiting with 2 before
-anything is started or written.
+anything is started or written. A malformed option is refused by argparse itself, through `Parser` (one
+`coach CMD: error: argument --OPTION: what is wrong` line, no usage block) and the bounded, finite option types
+`integer` and `number`.
 
-Side effects: `fail` writes to stderr; nothing else here has any.
+Side effects: `fail` and `Parser.error` write to stderr; nothing else here has any.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 from collections.abc import Iterable
+from typing import Callable, NoReturn
+
+from coach.files.limits import one_line, short
 
 #: Exit code of a command refused for bad input (nothing was started or written).
 EXIT_BAD_INPUT = 2
+#: Exit code of a command stopped by Ctrl-C or SIGTERM.
+EXIT_INTERRUPTED = 130
+#: Longest error line printed, and most lines printed for one refusal.
+MAX_LINE_CHARS = 1000
+MAX_LINES = 100
 
 
 class BadInput(Exception):
@@ -25,7 +37,63 @@ class BadInput(Exception):
 
 
 def fail(lines: Iterable[str]) -> int:
-    """Print each line on stderr and return EXIT_BAD_INPUT, for `return fail([...])` in a command."""
-    for line in lines:
-        print(line, file=sys.stderr)
+    """Print each line on stderr and return EXIT_BAD_INPUT, for `return fail([...])` in a command.
+
+    Each line is kept on one line and cut at MAX_LINE_CHARS; past MAX_LINES lines, one last line says how many
+    more problems there were.
+    """
+    lines = list(lines)
+    for line in lines[:MAX_LINES]:
+        print(one_line(str(line), MAX_LINE_CHARS), file=sys.stderr)
+    if len(lines) > MAX_LINES:
+        print(f"... and {len(lines) - MAX_LINES} more problems", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line on stderr (`PROG: error: MESSAGE`) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, one_line(f"{self.prog}: error: {message}", MAX_LINE_CHARS) + "\n")
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    """An argparse `type=`: a whole number in [low, high]; anything else is argparse's one-line error (exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10) if len(text) <= 40 else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {short(text)}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(low: float, high: float, *, low_exclusive: bool = False) -> Callable[[str], float]:
+    """An argparse `type=`: a finite number in [low, high] (or (low, high]); never nan or inf."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text) if len(text) <= 64 else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected a number, got {short(text)}")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {short(text)}")
+        if (value <= low) if low_exclusive else (value < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if low_exclusive else '>='} {low:g}, got {value:g}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {value:g}")
+        return value
+
+    parse.__name__ = "number"
+    return parse

@@ -100,7 +100,7 @@ def test_coach_experiment_refuses_a_bad_matrix_with_exit_2_and_writes_nothing(tm
                                        "gang-strict, gang-thesis (did you mean 'gang'?)\n")
     assert not (tmp_path / "results").exists()
     assert main(["experiment", str(TINY), "--repeat", "0"]) == 2
-    assert capsys.readouterr().err == "--repeat: must be >= 1, got 0\n"
+    assert capsys.readouterr().err == "coach experiment: error: argument --repeat: must be >= 1, got 0\n"
 
 
 def test_dry_run_lists_the_cells(tmp_path, capsys):

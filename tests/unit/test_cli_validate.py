@@ -129,7 +129,7 @@ def test_run_refuses_a_calibration_fraction_above_one_and_writes_nothing(folder,
 
 def test_run_refuses_a_bad_cluster_file_and_writes_nothing(folder, capsys, no_training):
     job = write(folder, "job.yaml", STATIC_JOB)
-    cluster = write(folder, "cluster.yaml", "nodes:\n  - name: a\n    slots: 0\n")
+    cluster = write(folder, "cluster.yaml", "price_per_slot_s: 0.0001\nnodes:\n  - name: a\n    slots: 0\n")
     results = folder / "results"
 
     assert main(["run", str(job), "--cluster", str(cluster), "--results", str(results)]) == 2
@@ -163,3 +163,117 @@ def test_resuming_a_folder_that_is_not_a_run_is_one_line_and_exit_2(folder, caps
 def test_resume_takes_no_job_files(folder, capsys):
     assert main(["run", "x.yaml", "--resume", str(folder)]) == 2
     assert "--resume: give the run folder only" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- money is never silent
+
+
+def fake_report(results: Path):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(run_dir=results / "run", exit_code=0)
+
+
+def test_run_prints_the_cluster_and_its_price_before_it_starts(folder, capsys, monkeypatch):
+    job = write(folder, "job.yaml", STATIC_JOB)
+    started = []
+    monkeypatch.setattr(coach.app.run, "run_jobs",
+                        lambda specs, cluster, results, **options: started.append(cluster) or fake_report(results))
+
+    assert main(["run", str(job), "--results", str(folder / "results"), "--plain"]) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        "cluster: thesis-3-nodes (the default cluster): 3 nodes, 12 slots, 0.0001 per slot-second",
+        f"results: {folder / 'results' / 'run'}"]
+    assert started[0].name == "thesis-3-nodes"
+
+
+def test_run_prints_the_range_of_prices_of_a_cluster_file(folder, capsys, monkeypatch):
+    job = write(folder, "job.yaml", STATIC_JOB)
+    cluster = write(folder, "cluster.yaml", "name: lab\nprice_per_slot_s: 0.001\nnodes:\n  - {name: a, slots: 4}\n"
+                                            "  - {name: b, slots: 2, price_per_slot_s: 0.003}\n")
+    monkeypatch.setattr(coach.app.run, "run_jobs", lambda specs, cluster, results, **options: fake_report(results))
+
+    assert main(["run", str(job), "--cluster", str(cluster), "--results", str(folder / "r"), "--plain"]) == 0
+
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"cluster: lab ({cluster}): 2 nodes, 6 slots, 0.001-0.003 per slot-second")
+
+
+def test_run_quiet_prints_only_the_results_folder(folder, capsys, monkeypatch):
+    job = write(folder, "job.yaml", STATIC_JOB)
+    monkeypatch.setattr(coach.app.run, "run_jobs", lambda specs, cluster, results, **options: fake_report(results))
+
+    assert main(["run", str(job), "--results", str(folder / "results"), "--quiet"]) == 0
+
+    assert capsys.readouterr().out == f"results: {folder / 'results' / 'run'}\n"
+
+
+# --------------------------------------------------------------------------- --version, --help
+
+
+def test_version_comes_from_the_package_metadata(capsys):
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+
+    assert capsys.readouterr().out == f"coach {version('coach')}\n"
+
+
+def test_help_lists_the_exit_codes(capsys):
+    assert main(["--help"]) == 0
+
+    out = capsys.readouterr().out
+    assert "exit codes:" in out
+    for code in ("0", "1", "2", "130"):
+        assert f"\n  {code} " in out
+
+
+def every_parser():
+    """(command, parser) for `coach` and every sub-command, nested ones included."""
+    import argparse
+
+    from coach.ui.cli import build_parser
+
+    found, todo = [], [("coach", build_parser())]
+    while todo:
+        name, parser = todo.pop()
+        found.append((name, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += [(f"{name} {sub}", child) for sub, child in action.choices.items()]
+    return found
+
+
+def test_every_option_shows_its_default_and_every_positional_argument_is_described():
+    import argparse
+
+    checked = 0
+    for name, parser in every_parser():
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            checked += 1
+            if action.option_strings:
+                assert "default" in (action.help or ""), f"{name} {action.option_strings[0]}: no default in help"
+                if action.default not in (None, False) and "%(default)" not in action.help:
+                    assert str(action.default) in action.help, (name, action.option_strings)
+            else:
+                assert action.help, f"{name} {action.dest}: positional argument without help"
+    assert checked >= 25
+
+
+def test_every_sub_command_help_shows_the_exit_codes(capsys):
+    for name, parser in every_parser():
+        if name in ("coach", "coach bench"):
+            continue
+        assert "130" in parser.format_help(), name
+
+
+@pytest.mark.parametrize("argv", [["run", "--placement-timeout", "nan", "x.yaml"], ["plan", "x", "--history", "h",
+                                                                                  "--budget-left", "inf"]])
+def test_a_non_finite_option_is_argparse_s_one_line_error(argv, capsys):
+    assert main(argv) == 2
+
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: argument --" in err and "must be a finite number" in err

@@ -487,3 +487,126 @@ def test_check_job_resolves_the_model_from_the_folder_it_is_given(folder: Path, 
     assert check_job(data, "job", folder).spec.model_path == folder / "model.py"
     assert check_job(data, "job", elsewhere).lines == (f"job: model: file not found: {elsewhere / 'model.py'}",)
 
+
+
+# --------------------------------------------------------------------------- bounds and optimizer parameters
+
+
+def test_every_numeric_field_has_a_bound_table_entry() -> None:
+    from coach.files.jobs import JOB_BOUNDS
+
+    numeric = {"batch_size", "consecutive", "max_epochs", "workers", "servers", "max_workers", "max_servers",
+               "seed", "max_retries", "learning_rate", "target_loss", "budget", "epoch_timeout_s",
+               "calibration_fraction"}
+    assert set(JOB_BOUNDS) == numeric
+    assert all(bound.high < float("inf") for bound in JOB_BOUNDS.values())
+
+
+@pytest.mark.parametrize(("changes", "extra"), [
+    ({"batch_size": "1000000", "max_epochs": "1000000", "budget": "1e12"}, ""),
+    ({}, "workers: 1024\nservers: 1024\nmax_retries: 100\nepoch_timeout_s: 604800\nseed: 4294967295\n"),
+    ({"max_epochs": "3"}, "consecutive: 3\n"),
+])
+def test_the_largest_allowed_values_are_accepted(folder: Path, changes, extra) -> None:
+    assert load_job(write(folder, job_yaml(**changes) + extra)).name == "mnist"
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("workers: 1025\nservers: 1\n", "workers: must be <= 1024, got 1025"),
+    ("workers: 100000000000000000000\nservers: 1\n", "workers: must be <= 1024, got 100000000000000000000"),
+    ("max_retries: 101\n", "max_retries: must be <= 100, got 101"),
+    ("seed: 4294967296\n", "seed: must be <= 4294967295, got 4294967296"),
+    ("epoch_timeout_s: 604801\n", "epoch_timeout_s: must be <= 604800, got 604801.0"),
+    ("consecutive: 21\n", "consecutive: must be <= max_epochs (20), got 21"),
+])
+def test_one_past_a_bound_is_one_line(folder: Path, extra: str, expected: str) -> None:
+    path = write(folder, job_yaml() + extra)
+
+    assert errors_of(path) == [f"{path}: {expected}"]
+
+
+def test_each_optimizer_accepts_its_own_mxnet_parameters(folder: Path) -> None:
+    from coach.files.jobs import OPTIMIZER_PARAMS
+
+    for optimizer, names in OPTIMIZER_PARAMS.items():
+        params = ", ".join(f"{name}: 0.5" for name in names)
+        spec = load_job(write(folder, job_yaml(optimizer=optimizer) + f"optimizer_params: {{{params}}}\n"))
+        assert set(spec.optimizer_params) == set(names)
+
+
+def test_an_unknown_optimizer_parameter_lists_the_allowed_ones(folder: Path) -> None:
+    path = write(folder, job_yaml(optimizer="adagrad") + "optimizer_params: {epsilon: 0.1}\n")
+
+    assert errors_of(path) == [
+        f"{path}: optimizer_params.epsilon: unknown parameter of optimizer 'adagrad'; allowed: begin_num_update, "
+        "clip_gradient, eps, multi_precision, rescale_grad, wd (did you mean 'eps'?)"]
+
+
+def test_the_optimizer_parameter_table_matches_mxnet() -> None:
+    # The table is written out so that validation never imports mxnet; this reads the real signatures once, in a
+    # separate process so that this one does not load mxnet.
+    from coach.files.jobs import MXNET_OPTIMIZER_KWARGS
+
+    script = (
+        "import inspect, json\n"
+        "from mxnet import optimizer as o\n"
+        "out = {}\n"
+        "for name in %r:\n"
+        "    names = set()\n"
+        "    for cls in o.Optimizer.opt_registry[name].__mro__:\n"
+        "        init = cls.__dict__.get('__init__')\n"
+        "        if init is not None and cls is not object:\n"
+        "            names |= {p.name for p in inspect.signature(init).parameters.values()\n"
+        "                      if p.name != 'self' and p.kind is not p.VAR_KEYWORD}\n"
+        "    out[name] = sorted(names)\n"
+        "print(json.dumps(out))\n"
+    ) % (sorted(MXNET_OPTIMIZER_KWARGS),)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    if done.returncode != 0 and "No module named 'mxnet'" in done.stderr:
+        pytest.skip("mxnet is not installed")
+    assert done.returncode == 0, done.stderr
+    signatures = json.loads(done.stdout.splitlines()[-1])
+    assert {name: sorted(set(kwargs)) for name, kwargs in MXNET_OPTIMIZER_KWARGS.items()} == signatures
+
+
+def test_a_control_character_is_one_line_not_a_reader_error(folder: Path) -> None:
+    path = write(folder, job_yaml(name="mn\x07ist"))
+
+    assert errors_of(path) == [
+        f"{path}: (file): invalid YAML: unacceptable character #x0007: special characters are not allowed"]
+
+
+def test_load_jobs_reports_a_control_character_with_the_other_files(folder: Path) -> None:
+    bad = write(folder, "budget: \x01\n", "bad.yaml")
+    good = write(folder, job_yaml(), "good.yaml")
+
+    with pytest.raises(JobFileError) as caught:
+        load_jobs([good, bad])
+
+    assert caught.value.lines == [
+        f"{bad}: (file): invalid YAML: unacceptable character #x0001: special characters are not allowed"]
+
+
+def test_an_alias_bomb_is_refused_before_anything_expands_it(folder: Path) -> None:
+    bomb = "".join(f"  {c}: &{c} [{', '.join([f'*{chr(ord(c) - 1)}' if c != 'a' else '1'] * 9)}]\n"
+                   for c in "abcdefghi")
+    path = write(folder, job_yaml() + "optimizer_params:\n" + bomb)
+
+    assert errors_of(path) == [f"{path}: (file): YAML holds more than 10000 values after expanding aliases "
+                               "(the limit)"]
+
+
+def test_an_anchor_used_a_few_times_is_still_fine(folder: Path) -> None:
+    path = write(folder, job_yaml() + "optimizer_params: &p {momentum: 0.9}\nx-shared: *p\n")
+
+    assert errors_of(path) == [f"{path}: x-shared: unknown field"]
+
+
+def test_a_long_value_is_cut_in_the_message(folder: Path) -> None:
+    path = write(folder, job_yaml(batch_size='"' + "6" * 5000 + '"'))
+
+    (line,) = errors_of(path)
+    assert line == f"{path}: batch_size: expected an integer, got str '{'6' * 36}..."
