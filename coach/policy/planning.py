@@ -7,11 +7,12 @@ policy about one job, so what a user previews is what a run would do.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from coach.domain.jobs import JobSpec
 from coach.model.convergence import RemainingEpochs, remaining_epochs
-from coach.model.speed import SpeedFit, fit_speed
+from coach.model.speed import SpeedFit, SpeedObservation, fit_speed
 from coach.policy.allocation import Allocation, JobDemand, allocate
 from coach.policy.history import History
 
@@ -48,6 +49,17 @@ class Plan:
         }
 
 
+@lru_cache(maxsize=4096)
+def _speed(observations: tuple[SpeedObservation, ...]) -> SpeedFit:
+    """The fit is a pure function of the observations: a run re-plans a job many times between new epochs."""
+    return fit_speed(list(observations))
+
+
+@lru_cache(maxsize=4096)
+def _remaining(metrics: tuple[float, ...], target_loss: float, consecutive: int, max_epochs: int) -> RemainingEpochs:
+    return remaining_epochs(list(metrics), target_loss, consecutive, max_epochs)
+
+
 @dataclass(frozen=True)
 class PlanInput:
     """One dynamic job as the planner sees it."""
@@ -63,9 +75,9 @@ def plan_jobs(jobs: Sequence[PlanInput], free_slots: int, price_per_slot_s: floa
     fits = {}
     demands = []
     for job in jobs:
-        speed = fit_speed(list(job.history.observations))
-        remaining = remaining_epochs(list(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
-                                     job.spec.max_epochs)
+        speed = _speed(tuple(job.history.observations))
+        remaining = _remaining(tuple(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
+                               job.spec.max_epochs)
         fits[job.spec.name] = (speed, remaining)
         # at max_epochs nothing remains; a decision is still asked of `coach plan`, so plan for one more epoch
         demands.append(JobDemand(job=job.spec.name, speed=speed, remaining_epochs=max(remaining.epochs, 1.0),
