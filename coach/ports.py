@@ -93,6 +93,10 @@ class CheckpointStore(Protocol):
         """Delete the job's checkpoints other than `keep`."""
         ...
 
+    def newest_complete(self, job: str) -> str | None:
+        """The job's newest complete checkpoint (a resume whose log lost its records starts there)."""
+        ...
+
 
 class RecordSink(Protocol):
     """A job's append-only results log."""

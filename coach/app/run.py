@@ -2,6 +2,11 @@
 
 Side effects: creates `results/<run-id>/` (manifest, per-job logs, checkpoints, function logs, summary),
 starts and stops function hosts, installs SIGINT/SIGTERM handlers for the run's duration.
+
+Paths: a run folder is resolved to an absolute path when the run starts and when it is resumed, and every path
+a run folder holds is absolute (job and model files, checkpoint prefixes) or, when a resume meets a relative one
+or an absolute one that is gone because the folder moved, resolved against the run folder. So
+`coach run --resume RUN_DIR` works from any current directory, with RUN_DIR relative or absolute.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
@@ -26,9 +31,11 @@ from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import LiveDriver
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import NORMAL_ENDINGS, JobLifecycle
-from coach.policy.history import History, fill_outcome, history_from_records
+from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
+                                  history_from_records)
 from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
-from coach.ports import Platform
+from coach.ports import CheckpointStore, Platform
+from coach.storage.checkpoints import tag_step
 from coach.storage.results import (LogFileError, ResultLog, drop_torn_tail, new_run_id, read_log_checked,
                                    write_json_atomic)
 from coach.views.terminal import VIEWS
@@ -56,7 +63,9 @@ class RunConfig:
 
 
 def exit_code_for(reasons: Sequence[str | None]) -> int:
-    if any(r == "interrupted" for r in reasons):
+    """130 when a job was interrupted; else 0 when every job ended normally, 1 otherwise (failed, unschedulable,
+    diverged)."""
+    if any(r == INTERRUPTED for r in reasons):
         return 130
     return 0 if all(r in NORMAL_ENDINGS for r in reasons) else 1
 
@@ -91,6 +100,13 @@ def resume_run(run_dir: Path, view: str = "plain",
 
     Finished jobs are left untouched; the others append to their own logs, with epochs numbered on from the
     last one logged and the cumulative cost carried on. Runs written before manifests had a schema resume too.
+
+    A log that holds no finished step (emptied, cut before its first complete record, or only failed attempts)
+    goes on from the newest complete checkpoint in `checkpoints/<job>/` instead of from scratch: its tag names
+    the step (`epoch-0003`: as if epoch 3 was the last one done; `calibration-k`: no epoch done). Such a log's
+    cost so far, with or without a checkpoint, is the larger of what its last line and summary.json last said
+    (0 when neither knows; the cost of lost lines that neither recorded is not counted). A job whose log is
+    empty but whose summary says it finished is left as the summary says.
     """
     run_dir = run_dir.resolve()
     try:
@@ -107,7 +123,9 @@ def resume_run(run_dir: Path, view: str = "plain",
     try:
         old = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
-        old = {"jobs": {}}
+        old = {}
+    old = old if isinstance(old, dict) else {}
+    old_jobs = old.get("jobs") if isinstance(old.get("jobs"), dict) else {}
     started_s = _timestamp(old.get("started")) or _timestamp(manifest.get("started")) or time.time()
     store = checkpoint_store((run_dir / "checkpoints").as_uri())
     outcomes, pending = {}, []
@@ -116,15 +134,23 @@ def resume_run(run_dir: Path, view: str = "plain",
         try:
             if log.exists():
                 drop_torn_tail(log)
-            history = history_from_records(read_log_checked(log) if log.exists() else [])
+            records = read_log_checked(log) if log.exists() else []
         except LogFileError as error:
             raise ResumeError(str(error)) from None
-        before = old.get("jobs", {}).get(spec.name, {})
+        history = history_from_records(records)
+        before = old_jobs.get(spec.name) if isinstance(old_jobs.get(spec.name), dict) else {}
         outcome = JobOutcome(submitted_s=_timestamp(before.get("submitted")) or started_s, budget=spec.budget)
         outcomes[spec.name] = outcome
-        if history.stop_reason not in (None, "interrupted"):  # finished for good: keep it as it was
+        if history.stop_reason not in (None, INTERRUPTED):  # finished for good: keep it as it was
             fill_outcome(outcome, history, _timestamp(before.get("finished")) or _timestamp(history.last_end))
             continue
+        if not records and _summary_says_finished(outcome, before):  # its log was lost after it finished
+            continue
+        if history.checkpoint is None:  # no finished step in the log: the summary and checkpoints may know more
+            spent = max(history.spent, _number(before.get("total_cost")))
+            history = _from_checkpoints(store, spec.name, spent) or replace(history, spent=spent)
+        else:
+            history = replace(history, checkpoint=_locate(store, run_dir, spec.name, history.checkpoint))
         if history.checkpoint and not store.complete(history.checkpoint):
             raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
         pending.append((spec, history))
@@ -135,8 +161,50 @@ def resume_run(run_dir: Path, view: str = "plain",
 def _timestamp(text: str | None) -> float | None:
     try:
         return datetime.fromisoformat(text).timestamp() if text else None
-    except ValueError:
+    except (TypeError, ValueError):  # not a time, or not even a string: unknown
         return None
+
+
+def _number(value, default: float = 0.0) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _locate(store: CheckpointStore, run_dir: Path, job: str, prefix: str) -> str:
+    """A logged checkpoint prefix as this run folder has it: a relative one is resolved against the run folder,
+    and an absolute one that is gone (the folder moved) is looked for in `checkpoints/<job>/` by its name."""
+    path = Path(prefix)
+    if not path.is_absolute():
+        path = run_dir / path
+    if store.complete(str(path)):
+        return str(path)
+    moved = run_dir / "checkpoints" / job / path.name
+    return str(moved) if store.complete(str(moved)) else str(path)
+
+
+def _from_checkpoints(store: CheckpointStore, job: str, spent: float) -> History | None:
+    """The job's history when its log has no finished step: from its newest complete checkpoint, if any."""
+    newest = store.newest_complete(job)
+    step = tag_step(newest) if newest else None
+    if step is None:
+        return None
+    kind, number = step
+    return history_from_checkpoint(newest, number if kind == "epoch" else 0, spent)
+
+
+def _summary_says_finished(outcome: JobOutcome, before: dict) -> bool:
+    """Fill `outcome` from the summary's entry when it says the job ended for good (not interrupted)."""
+    reason = before.get("stop_reason")
+    if not isinstance(reason, str) or reason == INTERRUPTED:
+        return False
+    outcome.stop_reason = reason
+    outcome.finished_s = _timestamp(before.get("finished"))
+    outcome.epochs = int(_number(before.get("epochs")))
+    outcome.final_loss = before.get("final_loss") if isinstance(before.get("final_loss"), (int, float)) else None
+    outcome.final_val_loss = (before.get("final_val_loss")
+                              if isinstance(before.get("final_val_loss"), (int, float)) else None)
+    outcome.total_cost = _number(before.get("total_cost"))
+    outcome.workers, outcome.servers = int(_number(before.get("workers"))), int(_number(before.get("servers")))
+    return True
 
 
 def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,

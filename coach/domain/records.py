@@ -18,7 +18,7 @@ class EpochRecord:
 
     run_id: str  # the run this epoch belongs to
     job: str  # job name
-    phase: str  # "training", or "stopped" for a closing line that is not an epoch
+    phase: str  # "training", "calibration"; not a finished step: "retry", "requeued", "stopped", "interrupted", "recovered"
     epoch: int  # 1-based epoch number (the last trained epoch on a "stopped" line)
     workers: int  # MXNet workers of this epoch
     servers: int  # MXNet servers of this epoch

@@ -9,6 +9,19 @@ The steps of a job:
   calibration (the policy's points; placement of the largest one once) -> for every epoch: AskPolicy ->
   Decided -> Submit/Release -> WatchPlacement -> Bindings with quorum -> Deploy the new ones -> InvokeEpoch
   -> EpochDone (record, stop?) or EpochFailed (retry after a backoff on fresh functions, or stop).
+
+The lines a job writes besides its finished steps:
+- `retry`: a failed attempt; `cost` and `charged_s` (the slot-seconds its functions held) are what it used.
+- `requeued`: no quorum in time; the slots went back.
+- `stopped`: the job ended without finishing a step; `stop_reason` says why, and it carries what failed
+  attempts or a diverged epoch used that no earlier line carried.
+- `interrupted`: Ctrl-C or SIGTERM. Its `stop_reason` is null: a resumed job goes on in the same log, and only a
+  log's last line carries a stop reason. The job's stop reason (the summary's, `History.stop_reason`) is
+  `interrupted`.
+- `recovered`: a resume found no finished step in the log and went on from the newest complete checkpoint.
+Every one of them carries `charged_s` (0 when it charges nothing). Nothing non-finite is ever recorded: a loss
+that is not finite ends the job as `diverged`; other non-finite numbers in replies are a failed attempt, and in a
+policy's decision details they are recorded as null.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
 from coach.model.cost import cost_like_last, epoch_cost
 from coach.model.epochs import BadReplies, aggregate
-from coach.policy.history import History, observation
+from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
 from coach.policy.run_policy import Counts, Wait
 from coach.policy.stopping import StopInputs, decide, stop_metric
 
@@ -41,7 +54,24 @@ RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per 
 MAX_RETRY_BACKOFF_S = 8.0
 POLICY_WAIT_S = 1.0  # a job the policy told to wait asks again after this long
 NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
-INTERRUPTED = "interrupted"
+DIVERGED = "diverged"  # a worker saw a non-finite loss, or the epoch's loss is not finite: never retried
+# INTERRUPTED is the stop reason of an interrupted job and the phase of its closing line (whose stop_reason is
+# null); RECOVERED is the phase of the line a resume from the checkpoints folder writes (coach.policy.history)
+
+
+def _finite_or_none(value):
+    """`value` with every NaN or infinity replaced by None: a decision's details are recorded as standard JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
+def _finite(value: float | None) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def retry_backoff_s(attempt: int) -> float:
@@ -104,6 +134,7 @@ class JobLifecycle:
         self._after_timer = ""  # what the timer is for: "retry", "resubmit" or "ask"
         self._wanted: tuple[FunctionId, ...] = ()
         self._unrecorded_cost = 0.0  # spent by failed attempts, charged on the next non-epoch line
+        self._unrecorded_slot_s = 0.0  # the slot-seconds behind that cost
         self._why_pending = ""
         self._partial: dict[str, str] = {}  # what the last Bindings had bound of the wanted functions
         self._decision: Mapping = {}  # the last decision's details, recorded on its lines
@@ -143,8 +174,18 @@ class JobLifecycle:
         return self._next(event.now_s)
 
     def _on_resume(self, event: ev.Resume) -> list[cmd.Command]:
-        self.history = replace(event.history, stop_reason=None)
-        return self._next(event.now_s)
+        past = event.history
+        self.history = replace(past, stop_reason=None, recovered=False)
+        out: list[cmd.Command] = []
+        if past.recovered:  # the log lost its finished steps: say where the job starts again
+            out.append(self._line(event.now_s, RECOVERED, past.epochs_done, None,
+                                  {"reason": "the log held no finished step: going on from the newest complete "
+                                             "checkpoint"}, checkpoint=past.checkpoint))
+        if past.epochs_done >= self.spec.max_epochs:  # e.g. the last epoch's own line was lost
+            return out + self._finish(event.now_s, "max_epochs")
+        if past.spent >= self.spec.budget:
+            return out + self._finish(event.now_s, "budget")
+        return out + self._next(event.now_s)
 
     def _on_stop(self, event: ev.StopRequested) -> list[cmd.Command]:
         self.stop_requested = True
@@ -169,7 +210,8 @@ class JobLifecycle:
         if self.stop_requested:
             return self._finish(now_s, INTERRUPTED)
         done = self.history.calibration_done
-        if done < len(self.calibration) and not self.history.epochs_done:  # never calibrate after training
+        # never calibrate after training epochs were measured (a log that lost them, `recovered`, calibrates again)
+        if done < len(self.calibration) and not self.history.metrics:
             return self._calibrate(now_s, done + 1)
         self.awaiting = Awaiting.DECISION
         return [cmd.AskPolicy()]
@@ -183,7 +225,7 @@ class JobLifecycle:
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,
                          {"calibration_step": number, "data_fraction": fraction})
         self._decision = {}
-        self._show("calibration", f"step {number}/{len(self.calibration)} at {workers}/{servers}")
+        self._show("calibration", f"running step {number}/{len(self.calibration)} at {workers}/{servers}")
         if self.submitted:  # placed for an earlier step
             return self._run_step(now_s)
         largest = (max(w for w, _ in self.calibration), max(s for _, s in self.calibration))
@@ -199,7 +241,7 @@ class JobLifecycle:
             out = self._give_back()
             return out + self._wait(event.now_s + POLICY_WAIT_S, "ask")
         assert isinstance(decision, Counts)
-        self._decision = {"decision": dict(decision.details)} if decision.details else {}
+        self._decision = {"decision": _finite_or_none(dict(decision.details))} if decision.details else {}
         if not decision.affordable:
             return self._finish(event.now_s, "budget")
         epoch = self.history.epochs_done + 1
@@ -296,6 +338,7 @@ class JobLifecycle:
         self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
         if self._after_timer == "retry":  # fresh instances of a failed epoch's functions
             self._after_timer = ""
+            self._show_running(f" (attempt {self.attempt})")
             return self._invoke(event.now_s)
         return self._run_step(event.now_s)
 
@@ -305,8 +348,18 @@ class JobLifecycle:
         self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
         self.attempt = 1
         if self.step.epoch:
-            self._show("training", f"epoch {self.step.epoch}")
+            self._show_running()
         return self._invoke(now_s)
+
+    def _show_running(self, suffix: str = "") -> None:
+        """`running epoch N` / `running step k/K at w/s`: a view tells a step that runs from one that is done."""
+        step = self.step
+        if step.epoch:
+            self._show("training", f"running epoch {step.epoch}{suffix}")
+        else:
+            number = step.extra.get("calibration_step")
+            self._show("calibration", f"running step {number}/{len(self.calibration)} at {step.workers}/"
+                                      f"{step.servers}{suffix}")
 
     def _epoch_functions(self) -> tuple[FunctionId, ...]:
         step = self.step
@@ -335,14 +388,29 @@ class JobLifecycle:
         used = self._epoch_functions()
         counts = role_counts(used)
         workers, servers = counts[Role.WORKER], counts[Role.SERVER]
-        cost = self._cost(event.durations_s)
+        cost, slot_s = self._cost(event.durations_s), sum(event.durations_s.values())
+        replies = list(event.replies.values())
+        # a worker that saw a non-finite loss says so (`diverged`, with no checkpoint and maybe no loss_sum)
+        diverged = sorted(r.rank for r in replies if getattr(r, "diverged", False) or not _finite(r.loss_sum))
+        if diverged:
+            return self._diverged(event.now_s, cost, slot_s, f"worker rank {', '.join(map(str, diverged))} "
+                                                              f"reported a non-finite loss")
         try:
-            metrics = aggregate(list(event.replies.values()), workers)
+            metrics = aggregate(replies, workers)
         except BadReplies as error:
-            return self._failed(event.now_s, Failure(self.spec.name, "error", str(error), event.wall_s), cost)
+            return self._failed(event.now_s, Failure(self.spec.name, "error", str(error), event.wall_s), cost,
+                                slot_s)
+        if not (_finite(metrics.loss) and (metrics.val_loss is None or _finite(metrics.val_loss))):
+            return self._diverged(event.now_s, cost, slot_s, f"loss {metrics.loss!r}, validation loss "
+                                                              f"{metrics.val_loss!r}")
+        odd = [name for name, value in (("accuracy", metrics.accuracy), ("compute_s", metrics.compute_s))
+               if value is not None and not _finite(value)]
+        if odd:
+            failure = Failure(self.spec.name, "error", f"reply: {', '.join(odd)} not finite", event.wall_s)
+            return self._failed(event.now_s, failure, cost, slot_s)
         if not event.checkpoint:
             failure = Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", event.wall_s)
-            return self._failed(event.now_s, failure, cost)
+            return self._failed(event.now_s, failure, cost, slot_s)
         step, spec, before = self.step, self.spec, self.history
         phase = "training" if step.epoch else "calibration"
         spent = before.spent + cost
@@ -355,11 +423,13 @@ class JobLifecycle:
             calibration_done=before.calibration_done + (0 if step.epoch else 1),
             epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
             last_counts=(workers, servers), last_cost=cost, checkpoint=event.checkpoint, spent=spent,
-            final_loss=metrics.loss, final_val_loss=metrics.val_loss, last_end=iso(event.now_s))
+            final_loss=metrics.loss, final_val_loss=metrics.val_loss, last_end=iso(event.now_s),
+            line_counts=(workers, servers))
         reason = None
         if step.epoch:
+            lost = self.history.epochs_done - len(self.history.metrics)  # epochs done whose lines a log lost
             reason = decide(StopInputs(metrics=self.history.metrics, target_loss=spec.target_loss,
-                                       consecutive=spec.consecutive, max_epochs=spec.max_epochs,
+                                       consecutive=spec.consecutive, max_epochs=spec.max_epochs - lost,
                                        cumulative_cost=spent, budget=spec.budget, predicted_next_cost=None))
         placement = {fid.name: self.bound[fid] for fid in used}
         record = EpochRecord(
@@ -369,7 +439,8 @@ class JobLifecycle:
             compute_s=compute_s, start=iso(event.started_s), end=iso(event.now_s), cost=cost,
             cumulative_cost=spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
             checkpoint=event.checkpoint, extra=dict(step.extra))
-        self._show(phase, f"{phase} {step.epoch or step.extra.get('calibration_step')} done")
+        self._show(phase, f"epoch {step.epoch} done" if step.epoch else
+                   f"step {step.extra.get('calibration_step')}/{len(self.calibration)} done")
         out: list[cmd.Command] = [cmd.WriteRecord(record), cmd.PruneCheckpoints(event.checkpoint)]
         if reason is not None:
             return out + self._finish(event.now_s, reason, written=True)
@@ -380,12 +451,25 @@ class JobLifecycle:
     def _on_epoch_failed(self, event: ev.EpochFailed) -> list[cmd.Command]:
         if self.awaiting != Awaiting.EPOCH:
             return []
-        return self._failed(event.now_s, event.failure, self._cost(event.durations_s))
+        return self._failed(event.now_s, event.failure, self._cost(event.durations_s),
+                            sum(event.durations_s.values()))
 
-    def _failed(self, now_s: float, failure: Failure, cost: float) -> list[cmd.Command]:
-        """A failed attempt still used its slots: its cost counts, on its retry line."""
+    def _charge(self, cost: float, slot_s: float) -> None:
+        """Spent by a step that has no line of its own: carried by the next line that is not a finished step."""
         self._unrecorded_cost += cost
+        self._unrecorded_slot_s += slot_s
         self.history = replace(self.history, spent=self.history.spent + cost)
+
+    def _diverged(self, now_s: float, cost: float, slot_s: float, detail: str) -> list[cmd.Command]:
+        """Training blew up: retrying from the same checkpoint would blow up again. The epoch's cost is charged."""
+        self._charge(cost, slot_s)
+        step = self.step
+        what = f"epoch {step.epoch}" if step.epoch else f"calibration step {step.extra.get('calibration_step')}"
+        return self._finish(now_s, DIVERGED, extra={"error": f"{what}: {detail}"})
+
+    def _failed(self, now_s: float, failure: Failure, cost: float, slot_s: float = 0.0) -> list[cmd.Command]:
+        """A failed attempt still used its slots: its cost counts, on its retry line."""
+        self._charge(cost, slot_s)
         if self.stop_requested:
             return self._finish(now_s, INTERRUPTED)
         exhausted = self.attempt > self.spec.max_retries or not failure.retryable
@@ -416,23 +500,30 @@ class JobLifecycle:
         self.phase, self.message = phase, message
 
     def _line(self, now_s: float, phase: str, epoch: int, reason: str | None, extra: Mapping,
-              attempt: int = 1) -> cmd.WriteRecord:
-        """A line that is not a finished epoch (a failed attempt, a requeue, the stop); it carries unrecorded cost."""
+              attempt: int = 1, checkpoint: str | None = None) -> cmd.WriteRecord:
+        """A line that is not a finished epoch (a failed attempt, a requeue, the stop); it carries unrecorded cost
+        and `charged_s`, the slot-seconds behind that cost."""
         record = EpochRecord(
             run_id=self.run_id, job=self.spec.name, phase=phase, epoch=epoch, workers=self.workers,
             servers=self.servers, placement={fid.name: node for fid, node in self.bound.items()},
             loss=None, val_loss=None, accuracy=None, train_accuracy=None, samples=0, epoch_time_s=0.0,
             compute_s=None, start=iso(now_s), end=iso(now_s), cost=self._unrecorded_cost,
             cumulative_cost=self.history.spent, budget=self.spec.budget, stop_reason=reason, attempt=attempt,
-            extra=dict(extra))
-        self._unrecorded_cost = 0.0
+            checkpoint=checkpoint, extra={**extra, "charged_s": round(self._unrecorded_slot_s, 4)})
+        self._unrecorded_cost = self._unrecorded_slot_s = 0.0
+        self.history = replace(self.history, line_counts=(record.workers, record.servers))
         return cmd.WriteRecord(record)
 
-    def _finish(self, now_s: float, reason: str, written: bool = False) -> list[cmd.Command]:
-        """The closing line (unless the last epoch's line carries the reason), then give everything back."""
+    def _finish(self, now_s: float, reason: str, written: bool = False, extra: Mapping = {}) -> list[cmd.Command]:
+        """The closing line (unless the last epoch's line carries the reason), then give everything back.
+
+        An interrupt closes with a `phase: "interrupted"` line whose stop_reason is null: the job may go on in the
+        same log after a resume, and only the log's last line carries a stop reason.
+        """
         out: list[cmd.Command] = []
         if not written:
-            out.append(self._line(now_s, "stopped", self.history.epochs_done, reason, self._decision))
+            phase, recorded = (INTERRUPTED, None) if reason == INTERRUPTED else ("stopped", reason)
+            out.append(self._line(now_s, phase, self.history.epochs_done, recorded, {**self._decision, **extra}))
         out += self._give_back()
         self.reason = reason
         self.awaiting = Awaiting.DONE

@@ -2,8 +2,14 @@
 
 It does what a Nuclio processor does for a Python function, on 127.0.0.1 only: import the handler module,
 call `init_context` once, then turn each HTTP request into a `nuclio_sdk.Event`, call the handler and send back
-its `Response`. Requests must carry the run's token. The host leaves when its controller does (it watches its
-parent pid), so no function outlives `coach run`.
+its `Response`. Requests must carry the run's token (compared in constant time); a request is checked before its
+body is read. A body that is not UTF-8 (unless its Content-Type names a binary type) or whose Content-Length is
+not a size gets 400, never 500.
+
+The host leaves when its controller does, also after `kill -9`: it asks Linux to SIGKILL it when the controller
+dies (PR_SET_PDEATHSIG; the controller must start hosts from a thread that lives as long as they do, because the
+signal follows the thread that forked), and it watches its parent pid as a fallback. Its epoch children die with
+it the same way (functions/runtime.py). So no function outlives `coach run`.
 
 Run as `COACH_FUNCTION_TOKEN=T python -m coach.platforms.host --handler functions.worker.main:handler --parent-pid P`;
 it prints `READY <port>` on stdout when it serves.
@@ -13,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import ctypes
 import datetime
+import hmac
 import importlib
 import json
 import logging
@@ -30,7 +38,44 @@ from nuclio_sdk.logger import HumanReadableFormatter
 
 TOKEN_HEADER = "X-Coach-Token"
 TOKEN_ENV = "COACH_FUNCTION_TOKEN"  # the run's token comes by environment, never on the (public) command line
-PARENT_POLL_S = 0.5  # how often the host checks that its controller is alive
+PARENT_POLL_S = 0.5  # how often the host checks that its controller is alive (the fallback to PR_SET_PDEATHSIG)
+PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when the thread that forked it ends
+MAX_BODY_BYTES = 64 * 1024 * 1024  # an epoch request is a few hundred bytes; anything this large is not one
+BINARY_TYPES = ("application/octet-stream",)  # bodies of these types reach the handler as bytes, unchecked
+
+
+class BadRequest(Exception):
+    """A request the host answers 400 before the handler sees it; the message names what is wrong."""
+
+
+def token_matches(given: str | None, token: str) -> bool:
+    """The run's token, compared in constant time (the header is text; both sides compared as UTF-8 bytes)."""
+    if given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape"))
+
+
+def body_length(header: str | None) -> int:
+    """Content-Length as a size (missing: 0), or BadRequest."""
+    if header is None or header.strip() == "":
+        return 0
+    text = header.strip()
+    if not text.isdigit() or not text.isascii():
+        raise BadRequest(f"Content-Length: not a size: {header[:40]!r}")
+    length = int(text)
+    if length > MAX_BODY_BYTES:
+        raise BadRequest(f"Content-Length: {length} bytes is more than the {MAX_BODY_BYTES} a request may have")
+    return length
+
+
+def check_text(body: bytes, content_type: str) -> None:
+    """A body is UTF-8 text unless its Content-Type names a binary type: JSON has no other encoding (RFC 8259)."""
+    if content_type.split(";")[0].strip().lower() in BINARY_TYPES:
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadRequest(f"body: not UTF-8 (byte {error.start}: {body[error.start:error.start + 1]!r})") from None
 
 
 def load_handler(spec: str):
@@ -92,19 +137,28 @@ def serve(handler_spec: str, token: str, name: str, port: int = 0) -> ThreadingH
             self.wfile.write(data)
 
         def _authorised(self) -> bool:
-            if self.headers.get(TOKEN_HEADER) == token:
+            if token_matches(self.headers.get(TOKEN_HEADER), token):
                 return True
+            self.close_connection = True  # its body, if any, is never read
             self._reply(403, json.dumps({"error": "missing or wrong token"}))
             return False
+
+        def _bad_request(self, error: BadRequest) -> None:
+            self.close_connection = True  # what is left of the body must not be read as the next request
+            self._reply(400, json.dumps({"error": str(error)}))
 
         def do_GET(self):
             if self._authorised():
                 self._reply(200, json.dumps({"name": name, "ready": True}))
 
         def do_POST(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length)
             if not self._authorised():
+                return
+            try:
+                body = self.rfile.read(body_length(self.headers.get("Content-Length")))
+                check_text(body, self.headers.get("Content-Type") or "")
+            except BadRequest as error:
+                self._bad_request(error)
                 return
             try:
                 output = handler(context, to_event(self, body))
@@ -120,8 +174,19 @@ def serve(handler_spec: str, token: str, name: str, port: int = 0) -> ThreadingH
     return server
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this host the moment the thread that started it ends (the controller died, even by
+    `kill -9`), then leave if the controller is already gone (it died before the request took effect)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent watch below still applies
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
 def watch_parent(parent_pid: int) -> None:
-    """Leave at once when the controller is gone (also after `kill -9`)."""
+    """Leave at once when the controller is gone (also after `kill -9`): the fallback to PR_SET_PDEATHSIG."""
     while True:
         if os.getppid() != parent_pid:
             os._exit(0)
@@ -134,6 +199,7 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="function")
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     args = parser.parse_args(argv)
+    die_with_parent(args.parent_pid)
     threading.Thread(target=watch_parent, args=(args.parent_pid,), daemon=True).start()
     for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C reaches the whole process group: leave quietly
         signal.signal(sig, lambda *_: os._exit(0))

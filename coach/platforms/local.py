@@ -2,11 +2,16 @@
 
 Side effects: starts and kills processes, writes one log file per function under `<run dir>/logs/`.
 Invocations go over real HTTP with `requests`, exactly as to a deployed Nuclio function.
+
+Every host is started from one thread of the platform that lives until the platform is closed. A host asks Linux
+to kill it when the thread that forked it ends (PR_SET_PDEATHSIG), so when the controller dies, even by `kill -9`,
+its hosts die with it at once; started from a short-lived worker thread they would die as soon as it returned.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import select
 import signal
 import socket
@@ -14,8 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import requests
 
@@ -34,6 +40,46 @@ LOOPBACK = "127.0.0.1"  # every node of the embedded platform is this machine
 
 READY_TIMEOUT_S = 120.0  # a cold host imports MXNet; two cores shared by many hosts can be slow
 CANCEL_TIMEOUT_S = 5.0
+STOP_GRACE_S = 5.0  # how long hosts get to leave after SIGTERM before SIGKILL (together, not one after another)
+
+
+class Spawner:
+    """One long-lived thread that starts every process: PR_SET_PDEATHSIG follows the thread that forked."""
+
+    def __init__(self, name: str = "coach-spawner"):
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            start, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(start())
+                except BaseException as error:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(error)
+
+    def run(self, start: Callable[[], object]) -> object:
+        """`start()` on the spawner thread; its result, or its exception; None once the spawner is closed."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                return None
+            self._jobs.put((start, future))
+        return future.result()
+
+    def close(self) -> None:
+        """End the thread once what was asked before has run (processes it started then get their signal)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -45,27 +91,38 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalPlatform:
     """Warm function hosts on this machine; thread-safe."""
 
-    def __init__(self, log_dir: Path, token: str, env: Mapping[str, str] | None = None):
+    def __init__(self, log_dir: Path, token: str, env: Mapping[str, str] | None = None,
+                 handlers: Mapping[Role, str] | None = None):
         self.log_dir = log_dir
         self.token = token
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}), TOKEN_ENV: token}
+        self.handlers = {**ROLE_HANDLERS, **(handlers or {})}
         self._procs: dict[int, subprocess.Popen] = {}  # pid -> host; a ref names its own instance by pid
         self._lock = threading.Lock()
         self._closed = False
         self._session = threading.local()
+        self._spawner = Spawner()
 
     def deploy(self, fid: FunctionId, node: str) -> FunctionRef | Failure:
-        name, handler = fid.name, ROLE_HANDLERS[fid.role]
+        name, handler = fid.name, self.handlers[fid.role]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         with open(self.log_dir / f"{name}.log", "ab") as log:
-            cmd = [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name, "--parent-pid", str(os.getpid())]
-            with self._lock:
-                if self._closed:
-                    return Failure(name, DEPLOY, "platform is shutting down")
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                        env=self.env)
-                self._procs[proc.pid] = proc
+            cmd = [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name,
+                   "--parent-pid", str(os.getpid())]
+
+            def start() -> subprocess.Popen | None:
+                with self._lock:  # on the spawner thread, so the host's PR_SET_PDEATHSIG follows the platform
+                    if self._closed:
+                        return None
+                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                            env=self.env)
+                    self._procs[proc.pid] = proc
+                    return proc
+
+            proc = self._spawner.run(start)
+            if proc is None:
+                return Failure(name, DEPLOY, "platform is shutting down")
         port = self._await_ready(proc, started + READY_TIMEOUT_S)
         if port is None:
             self._kill(proc.pid)
@@ -131,24 +188,29 @@ class LocalPlatform:
         self._kill(int(ref.instance))
 
     def _kill(self, pid: int) -> None:
+        self._stop([pid])
+
+    def _stop(self, pids: list[int]) -> None:
+        """SIGTERM to all of them at once, then wait for all within one grace period, then SIGKILL the rest."""
         with self._lock:
-            proc = self._procs.pop(pid, None)
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            procs = [proc for pid in pids if (proc := self._procs.pop(pid, None)) is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in procs:
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+            if proc.stdout:
+                proc.stdout.close()
 
     def close(self) -> None:
         """Kill every host; in-flight invocations then fail as `unreachable`."""
         with self._lock:
             self._closed = True
             pids = list(self._procs)
-        for pid in pids:
-            self._kill(pid)
+        self._stop(pids)
+        self._spawner.close()

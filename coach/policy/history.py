@@ -2,6 +2,14 @@
 
 Resume, `coach plan` and the lifecycle all read a job's past through `history_from_records`, so a log written by
 an earlier version (no `schema` field) and one written now give the same History.
+
+Two kinds of lines that are not steps matter here:
+- `phase: "interrupted"` closes a job that Ctrl-C or SIGTERM stopped; its `stop_reason` is null, because a resumed
+  job goes on in the same log and only the log's last line carries a stop reason. Logs written before this
+  version closed an interrupt with `stop_reason: "interrupted"` instead; both read as interrupted.
+- `phase: "recovered"` opens what a resume appended to a log that had lost every finished step (emptied, or cut
+  before its first complete record): the job went on from the newest complete checkpoint of its checkpoints
+  folder, as if the step that saved it (its `epoch`) was the last one done.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from coach.model.speed import SpeedObservation
 from coach.policy.stopping import stop_metric
 
 SPEED_PHASES = frozenset({"calibration", "training"})
+INTERRUPTED = "interrupted"  # the phase of the line that closes an interrupted job, and its summary stop reason
+RECOVERED = "recovered"  # the phase of the line that starts a job again from its checkpoints folder
 
 
 def full_epoch_time_s(epoch_time_s: float, compute_s: float | None, data_fraction: float) -> float:
@@ -48,8 +58,10 @@ class History:
     spent: float = 0.0  # cumulative cost on the last line
     final_loss: float | None = None  # training loss of the last finished step
     final_val_loss: float | None = None
-    stop_reason: str | None = None  # of the last line
+    stop_reason: str | None = None  # why the job ended: the last line's stop_reason, or `interrupted`
     last_end: str | None = None  # ISO time the last line ended
+    line_counts: tuple[int, int] | None = None  # (workers, servers) on the log's last line
+    recovered: bool = False  # rebuilt from a checkpoint because the log had no finished step, not from the log
 
 
 def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
@@ -68,28 +80,67 @@ def training_metrics(records: Sequence[Mapping]) -> list[float]:
     return [stop_metric(r["loss"], r.get("val_loss")) for r in records if r.get("phase") == "training"]
 
 
+def ended_by(last: Mapping) -> str | None:
+    """Why a job whose log ends with `last` ended; None while it has not.
+
+    An interrupted job's closing line has `phase: "interrupted"` and a null stop_reason; earlier versions wrote
+    `stop_reason: "interrupted"` on it. Both mean `interrupted`.
+    """
+    if last.get("phase") == INTERRUPTED:
+        return INTERRUPTED
+    return last.get("stop_reason")
+
+
+def _counts(record: Mapping) -> tuple[int, int] | None:
+    workers, servers = record.get("workers"), record.get("servers")
+    return (int(workers), int(servers)) if isinstance(workers, int) and isinstance(servers, int) else None
+
+
 def history_from_records(records: Sequence[Mapping]) -> History:
     """Everything the lifecycle and the policies need from a job's log lines."""
     steps = [r for r in records if r.get("phase") in SPEED_PHASES]
-    training = [r for r in steps if r.get("phase") == "training"]
     last_step = steps[-1] if steps else None
-    checkpoints = [r["checkpoint"] for r in steps if r.get("checkpoint")]
+    calibration_done = epochs_done = steps_done = 0
+    checkpoint = None
+    for r in records:  # in order: a `recovered` line is where the job started again
+        phase = r.get("phase")
+        if phase == RECOVERED:
+            epochs_done = steps_done = int(r.get("epoch") or 0)
+            calibration_done = 0  # the calibration's observations went with the lost lines
+            checkpoint = r.get("checkpoint") or checkpoint
+        elif phase in SPEED_PHASES:
+            steps_done += 1
+            if phase == "training":
+                epochs_done = int(r["epoch"])
+            else:
+                calibration_done += 1
+            checkpoint = r.get("checkpoint") or checkpoint
     last = records[-1] if records else {}
     return History(
         observations=tuple(observations(records)),
         metrics=tuple(training_metrics(records)),
-        calibration_done=sum(1 for r in steps if r.get("phase") == "calibration"),
-        epochs_done=int(training[-1]["epoch"]) if training else 0,
-        steps_done=len(steps),
+        calibration_done=calibration_done,
+        epochs_done=epochs_done,
+        steps_done=steps_done,
         last_counts=(int(last_step["workers"]), int(last_step["servers"])) if last_step else None,
         last_cost=float(last_step["cost"]) if last_step else None,
-        checkpoint=checkpoints[-1] if checkpoints else None,
+        checkpoint=checkpoint,
         spent=float(last.get("cumulative_cost") or 0.0),
         final_loss=last_step["loss"] if last_step else None,
         final_val_loss=last_step.get("val_loss") if last_step else None,
-        stop_reason=last.get("stop_reason"),
+        stop_reason=ended_by(last),
         last_end=last.get("end"),
+        line_counts=_counts(last),
     )
+
+
+def history_from_checkpoint(prefix: str, epoch: int, spent: float) -> History:
+    """A job whose log lost every finished step, going on from the checkpoint `prefix` that step `epoch` saved.
+
+    Nothing measured survives (no speed observations, no losses), so a job its policy calibrates calibrates
+    again; `spent` is what is known to have been spent (the summary's last figure, else 0).
+    """
+    return History(epochs_done=epoch, steps_done=epoch, checkpoint=prefix, spent=spent, recovered=True)
 
 
 def fill_outcome(outcome: JobOutcome, history: History, finished_s: float | None) -> None:
@@ -99,5 +150,6 @@ def fill_outcome(outcome: JobOutcome, history: History, finished_s: float | None
     outcome.final_loss, outcome.final_val_loss = history.final_loss, history.final_val_loss
     outcome.stop_reason = history.stop_reason
     outcome.total_cost = history.spent
-    if history.last_counts:
-        outcome.workers, outcome.servers = history.last_counts
+    counts = history.line_counts or history.last_counts  # what the log's last line says
+    if counts:
+        outcome.workers, outcome.servers = counts

@@ -5,14 +5,32 @@ controller passes the newest complete prefix to every worker of the next epoch. 
 `file:///abs/folder` and hands out absolute path prefixes (what functions on this machine write to); an `s3://`
 store is the next implementation. The memory store serves simulated runs, where nothing is written.
 Side effects: the file store creates folders and deletes old checkpoints.
+
+A checkpoint's tag names the step that saved it: `calibration-<k>` for calibration mini-epoch k, `epoch-<NNNN>`
+for training epoch N. `newest_complete` reads that order back, so a run whose log lost its lines can still go on
+from what its checkpoints folder holds (coach.app.run).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SUFFIXES = (".params", ".states")
+_TAG = re.compile(r"(calibration|epoch)-(\d+)")
+
+
+def tag_step(tag: str) -> tuple[str, int] | None:
+    """(`"calibration"`, k) or (`"epoch"`, N) from a checkpoint tag or prefix; None for any other name."""
+    found = _TAG.fullmatch(tag.rsplit("/", 1)[-1])
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def _newest(tags) -> str | None:
+    """The tag of the latest step: every epoch comes after every calibration mini-epoch, then by number."""
+    ranked = [(kind == "epoch", number, tag) for tag in tags if (step := tag_step(tag)) for kind, number in [step]]
+    return max(ranked)[2] if ranked else None
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,16 @@ class FileCheckpointStore:
     def complete(self, prefix: str | None) -> bool:
         """True when both files of a checkpoint exist (rank 0 renames each into place when done)."""
         return bool(prefix) and all(Path(prefix + s).is_file() for s in SUFFIXES)
+
+    def newest_complete(self, job: str) -> str | None:
+        """The prefix of the latest step's complete checkpoint in `<root>/<job>/`, or None when there is none."""
+        folder = self.root / job
+        if not folder.is_dir():
+            return None
+        tags = {path.name[: -len(suffix)] for path in folder.iterdir() for suffix in SUFFIXES
+                if path.name.endswith(suffix)}
+        newest = _newest(tag for tag in tags if self.complete(str(folder.resolve() / tag)))
+        return None if newest is None else str(folder.resolve() / newest)
 
     def prune(self, job: str, keep: str) -> int:
         """Delete the job's checkpoints other than `keep` (the newest complete one); returns files removed."""
@@ -61,6 +89,9 @@ class MemoryCheckpointStore:
 
     def complete(self, prefix: str | None) -> bool:
         return prefix in self.saved
+
+    def newest_complete(self, job: str) -> str | None:
+        return _newest(p for p in self.saved if p.startswith(f"mem://{job}/"))
 
     def prune(self, job: str, keep: str) -> int:
         old = {p for p in self.saved if p.startswith(f"mem://{job}/") and p != keep}

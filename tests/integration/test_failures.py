@@ -47,6 +47,9 @@ def test_a_worker_host_killed_mid_epoch_is_replaced_and_the_job_reaches_its_targ
     records = read_log(report.run_dir / f"{job.name}.jsonl")
     retries = [r for r in records if r["phase"] == "retry"]
     assert len(retries) == 1 and retries[0]["will_retry"] is True
+    # the failed attempt says what it was charged: slot-seconds of its functions, priced as its cost
+    assert retries[0]["charged_s"] > 0 and retries[0]["cost"] > 0
+    assert abs(retries[0]["cost"] - retries[0]["charged_s"] * DEFAULT_CLUSTER.nodes[0].price_per_slot_s) < 1e-6
     assert f"{job.name}-worker-0" in retries[0]["error"] or "unreachable" in retries[0]["error"]
     epochs = [r for r in records if r["phase"] == "training"]
     assert [r["epoch"] for r in epochs] == list(range(1, len(epochs) + 1))  # no epoch lost or repeated
@@ -70,4 +73,9 @@ def test_retries_are_bounded(tmp_path, make_job, marker):
     assert [r["will_retry"] for r in records[:3]] == [True, True, False]
     assert records[-1]["stop_reason"].startswith("failed after 3 attempts: ")
     assert "the model exploded" in records[-1]["stop_reason"]
+    assert all(r["charged_s"] > 0 for r in records[:3]) and records[-1]["charged_s"] == 0
+    # the summary's counts are those of the log's last line, also for a job that never finished an epoch
+    job_summary = report.summary["jobs"][job.name]
+    assert (job_summary["workers"], job_summary["servers"]) == (records[-1]["workers"], records[-1]["servers"])
+    assert (job_summary["workers"], job_summary["servers"]) == (2, 1)
     assert report.exit_code == 1

@@ -223,3 +223,162 @@ def test_the_host_exits_by_itself_when_its_parent_is_killed():
         stop(controller)
         if host_pid is not None and not gone(host_pid):
             os.kill(host_pid, signal.SIGKILL)
+
+
+def test_the_host_is_gone_within_a_second_of_its_parent_being_killed():
+    """PR_SET_PDEATHSIG: the kernel kills the host with its controller, without waiting for the parent watch."""
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER], cwd=ROOT, env=HOST_ENV,
+                                  stdout=subprocess.PIPE)
+    host_pid = None
+    try:
+        pid_text, _ = read_line(controller, START_TIMEOUT_S).split()
+        host_pid = int(pid_text)
+        assert not gone(host_pid)
+
+        controller.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        while not gone(host_pid) and time.monotonic() - killed < 5.0:
+            time.sleep(0.01)
+        took_s = time.monotonic() - killed
+        assert gone(host_pid) and took_s < 1.0, f"host {host_pid} took {took_s:.2f} s to go"
+    finally:
+        stop(controller)
+        if host_pid is not None and not gone(host_pid):
+            os.kill(host_pid, signal.SIGKILL)
+
+
+# A stand-in controller that starts its host from a thread that then ends, and stays alive itself.
+CONTROLLER_THREAD = f"""
+import os, subprocess, sys, threading, time
+started = {{}}
+def start():
+    started["host"] = subprocess.Popen([sys.executable, "-m", "coach.platforms.host", "--handler", {HANDLER!r},
+                                        "--name", "orphan", "--parent-pid", str(os.getpid())], stdout=subprocess.PIPE)
+    started["words"] = started["host"].stdout.readline().decode().split()
+spawner = threading.Thread(target=start)
+spawner.start()
+spawner.join()
+print(started["host"].pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_kernel_kills_the_host_when_the_thread_that_started_it_ends():
+    """PR_SET_PDEATHSIG is armed: it follows the forking thread (why LocalPlatform starts hosts from one
+    long-lived thread), and it needs no parent watch, since the controller process here is still alive."""
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER_THREAD], cwd=ROOT, env=HOST_ENV,
+                                  stdout=subprocess.PIPE)
+    host_pid = None
+    try:
+        host_pid = int(read_line(controller, START_TIMEOUT_S).strip())
+        seen = time.monotonic()
+        while not gone(host_pid) and time.monotonic() - seen < 5.0:
+            time.sleep(0.01)
+        assert gone(host_pid), f"host {host_pid} outlived the thread that started it"
+        assert time.monotonic() - seen < 1.0
+        assert controller.poll() is None  # the parent is alive: the parent watch had no reason to act
+    finally:
+        stop(controller)
+        if host_pid is not None and not gone(host_pid):
+            os.kill(host_pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- bad requests are 400, not 500
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain; charset=utf-8", None])
+def test_a_body_that_is_not_utf8_is_a_bad_request(host, content_type):
+    headers = {**AUTH, **({"Content-Type": content_type} if content_type else {})}
+    reply = requests.post(f"{host}/invoke", data=b'{"epoch": "\xff\xfe"}', headers=headers,
+                          timeout=HTTP_TIMEOUT_S)
+
+    assert reply.status_code == 400
+    assert reply.json() == {"error": "body: not UTF-8 (byte 11: b'\\xff')"}
+    assert requests.get(f"{host}/", headers=AUTH, timeout=HTTP_TIMEOUT_S).status_code == 200
+
+
+def test_a_body_declared_binary_reaches_the_handler_as_its_bytes(host):
+    reply = requests.post(f"{host}/echo", data=b"\xff\x00",
+                          headers={**AUTH, "Content-Type": "application/octet-stream"}, timeout=HTTP_TIMEOUT_S)
+
+    assert reply.status_code == 200
+    assert reply.json()["body"] == "\xff\x00"  # fake_echo decodes bytes as latin-1
+
+
+def raw_request(url: str, request: bytes) -> bytes:
+    """Send `request` as it is and read the answer until the host closes the connection."""
+    import socket
+    from urllib.parse import urlparse
+
+    address = urlparse(url)
+    with socket.create_connection((address.hostname, address.port), timeout=HTTP_TIMEOUT_S) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("length", [b"abc", b"-5", b"1e3", b"99999999999999"])
+def test_a_content_length_that_is_not_a_size_is_a_bad_request(host, length):
+    answer = raw_request(host, b"POST /invoke HTTP/1.1\r\nHost: x\r\nX-Coach-Token: T\r\nContent-Length: " + length
+                         + b"\r\nContent-Type: application/json\r\n\r\n{}")
+
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b'"error": "Content-Length: ' in answer
+
+
+def test_a_request_without_the_token_is_refused_before_its_body_is_read(host):
+    # a body announced but never sent: a host that read it first would wait for it until the socket timed out
+    started = time.monotonic()
+    answer = raw_request(host, b"POST /invoke HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+
+    assert answer.startswith(b"HTTP/1.1 403 "), answer
+    assert time.monotonic() - started < HTTP_TIMEOUT_S / 2
+
+
+def test_a_token_with_characters_beyond_ascii_is_forbidden_not_an_error(host):
+    reply = requests.post(f"{host}/invoke", json={}, headers={TOKEN_HEADER: "T\u00e9"}, timeout=HTTP_TIMEOUT_S)
+
+    assert reply.status_code == 403
+
+
+def test_the_token_is_compared_in_constant_time():
+    from coach.platforms import host as host_module
+
+    assert host_module.token_matches("abc", "abc")
+    assert not host_module.token_matches("abd", "abc")
+    assert not host_module.token_matches(None, "abc")
+    assert not host_module.token_matches("\udcff", "abc")  # a surrogate from a header is not an error
+    assert "hmac.compare_digest" in Path(host_module.__file__).read_text()
+
+
+# --------------------------------------------------------------------------- the platform starts hosts that last
+
+
+def test_a_host_deployed_from_a_short_lived_thread_outlives_that_thread_and_dies_with_close(tmp_path):
+    """PR_SET_PDEATHSIG follows the thread that forked: hosts are started from the platform's own thread."""
+    import threading
+
+    from coach.domain.identity import FunctionId, Role
+    from coach.platforms.local import LocalPlatform
+
+    platform = LocalPlatform(tmp_path / "logs", TOKEN, env={"PYTHONPATH": str(ROOT)},
+                             handlers={Role.WORKER: HANDLER})
+    try:
+        result = {}
+        deployer = threading.Thread(target=lambda: result.update(
+            ref=platform.deploy(FunctionId("echo", Role.WORKER, 0), "node-1")))
+        deployer.start()
+        deployer.join(timeout=START_TIMEOUT_S + 5)
+        ref = result["ref"]
+        pid = int(ref.instance)
+        time.sleep(0.3)  # a PR_SET_PDEATHSIG tied to the finished thread would have killed it by now
+
+        assert not gone(pid)
+        assert requests.get(ref.url, headers=AUTH, timeout=HTTP_TIMEOUT_S).json() == {"name": "echo-worker-0",
+                                                                                      "ready": True}
+    finally:
+        platform.close()
+    assert gone(pid)
+    assert platform.deploy(FunctionId("echo", Role.WORKER, 1), "node-1").kind == "deploy"  # closed: refused

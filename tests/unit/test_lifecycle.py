@@ -104,13 +104,16 @@ def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end
 
 def line(phase: str, *, epoch: int, at: float, cost: float, cumulative: float, workers: int = 2, servers: int = 1,
          placement: Mapping = {}, stop: str | None = None, attempt: int = 1, budget: float = 1000.0,
-         extra: Mapping = {}) -> EpochRecord:
-    """A line that is not a finished step: retry, requeued or stopped."""
+         extra: Mapping = {}, charged: float = 0.0, checkpoint: str | None = None) -> EpochRecord:
+    """A line that is not a finished step: retry, requeued, stopped, interrupted or recovered.
+
+    Every such line ends with `charged_s`, the slot-seconds behind its `cost`.
+    """
     return EpochRecord(run_id=RUN, job="lenet", phase=phase, epoch=epoch, workers=workers, servers=servers,
                        placement=dict(placement), loss=None, val_loss=None, accuracy=None, train_accuracy=None,
                        samples=0, epoch_time_s=0.0, compute_s=None, start=iso(at), end=iso(at), cost=cost,
                        cumulative_cost=cumulative, budget=budget, stop_reason=stop, attempt=attempt,
-                       checkpoint=None, extra=dict(extra))
+                       checkpoint=checkpoint, extra={**extra, "charged_s": charged})
 
 
 class Driver:
@@ -322,9 +325,11 @@ def failed(now: float, kind: str = "timeout", hold: float = 4.0, function: str =
 
 
 def retry_line(at: float, *, attempt: int, cost: float, cumulative: float, will_retry: bool,
-               error: str = "lenet-worker-1: timeout: no reply", epoch: int = 1, extra: Mapping = {}) -> EpochRecord:
+               error: str = "lenet-worker-1: timeout: no reply", epoch: int = 1, extra: Mapping = {},
+               charged: float = 16.0) -> EpochRecord:
+    """A failed attempt's line; by default `failed`'s: 4 functions held their slots 4 s each, 16 slot-seconds."""
     return line("retry", epoch=epoch, at=at, cost=cost, cumulative=cumulative, placement=names(F21),
-                attempt=attempt, extra={**extra, "error": error, "will_retry": will_retry})
+                attempt=attempt, extra={**extra, "error": error, "will_retry": will_retry}, charged=charged)
 
 
 @pytest.mark.parametrize("max_retries, waits", [(3, [0.5, 1.0, 2.0]), (6, [0.5, 1.0, 2.0, 4.0, 8.0, 8.0])])
@@ -404,7 +409,7 @@ def test_replies_that_do_not_make_one_epoch_count_as_a_failed_attempt_and_are_ch
     done = epoch_done(call, T0 + 12, 0.5)
     out = d.send(replace(done, replies={W0: done.replies[W0]}))  # worker 1's reply is missing
     assert out == [WriteRecord(retry_line(T0 + 12, attempt=1, cost=COST_21, cumulative=COST_21, will_retry=True,
-                                          error="lenet: error: 1 worker replies for 2 workers")),
+                                          error="lenet: error: 1 worker replies for 2 workers", charged=40.0)),
                    WaitUntil(T0 + 12.5)]
 
 
@@ -413,7 +418,8 @@ def test_an_epoch_without_a_saved_checkpoint_is_a_failed_attempt():
     call = d.start_static(T0)
     out = d.send(epoch_done(call, T0 + 12, 0.5, checkpoint=None))
     assert out == [WriteRecord(retry_line(T0 + 12, attempt=1, cost=COST_21, cumulative=COST_21, will_retry=True,
-                                          error="lenet-worker: error: rank 0 did not save the checkpoint")),
+                                          error="lenet-worker: error: rank 0 did not save the checkpoint",
+                                          charged=40.0)),
                    WaitUntil(T0 + 12.5)]
     assert d.lc.history.checkpoint is None and d.lc.history.epochs_done == 0
 
@@ -583,7 +589,8 @@ def test_an_epoch_that_spends_the_budget_stops_on_its_own_record():
 
 
 def interrupted(at: float, **fields) -> WriteRecord:
-    return WriteRecord(line("stopped", at=at, stop="interrupted", **fields))
+    """The closing line of an interrupted job: its own phase, and no stop_reason (a resume may go on after it)."""
+    return WriteRecord(line("interrupted", at=at, stop=None, **fields))
 
 
 def test_stop_while_waiting_for_a_decision_ends_at_once():
@@ -629,7 +636,7 @@ def test_stop_during_an_epoch_waits_for_its_failure_then_ends_without_a_retry():
     assert not d.lc.done and d.lc.awaiting == Awaiting.EPOCH
     # the cancelled epoch held its slots 3 s: 1.5 + 1.5 + 0.75 + 0.75 = 4.5, carried by the closing line
     out = d.send(failed(T0 + 6, kind="unreachable", hold=3.0, function="lenet-worker-0", message="cancelled"))
-    assert out == [interrupted(T0 + 6, epoch=0, cost=4.5, cumulative=4.5, placement=names(F21)),
+    assert out == [interrupted(T0 + 6, epoch=0, cost=4.5, cumulative=4.5, placement=names(F21), charged=12.0),
                    Remove(F21), Release(F21), Finish("interrupted")]
 
 
@@ -756,3 +763,264 @@ def test_events_that_are_not_due_are_ignored():
     assert d.send(Decided(T0, STATIC)) == [Submit(F21), WatchPlacement(T0 + 30)]
     assert d.send(Decided(T0, STATIC)) == []  # already decided
     assert d.lc.awaiting == Awaiting.BINDINGS
+
+
+# --------------------------------------------------------------------------- an interrupt, then a resume
+
+
+def as_lines(commands) -> list[dict]:
+    """The log lines WriteRecord commands append, as a reader gets them back."""
+    import json
+
+    from coach.storage.results import record_line
+
+    return [json.loads(record_line(c.record)) for c in commands if isinstance(c, WriteRecord)]
+
+
+def test_after_an_interrupt_and_a_resume_only_the_logs_last_line_carries_a_stop_reason():
+    first = Driver(job_spec(max_epochs=3))
+    call = first.start_static(T0)
+    log = as_lines(first.send(epoch_done(call, T0 + 12, 0.75)))
+    log += as_lines(first.send(StopRequested(T0 + 13)))
+    assert [(r["phase"], r["stop_reason"]) for r in log] == [("training", None), ("interrupted", None)]
+    assert first.lc.reason == "interrupted" and first.lc.history.stop_reason == "interrupted"
+
+    history = history_from_records(log)
+    assert history.stop_reason == "interrupted" and history.epochs_done == 1  # read back as interrupted
+    second = Driver(job_spec(max_epochs=3))
+    assert second.send(Resume(T0 + 100, history)) == [AskPolicy()]
+    for epoch in (2, 3):
+        _, out = second.train(T0 + 100 * epoch, STATIC, 0.75)
+        log += as_lines(out)
+    assert [r["epoch"] for r in log if r["phase"] == "training"] == [1, 2, 3]
+    assert [r["stop_reason"] for r in log] == [None, None, None, "max_epochs"]
+
+
+def test_a_line_closed_the_old_way_with_stop_reason_interrupted_reads_as_interrupted():
+    old = dict(OLD_LOG[2], phase="stopped", stop_reason="interrupted")
+    assert history_from_records([*OLD_LOG[:3], old]).stop_reason == "interrupted"
+    assert history_from_records([*OLD_LOG[:3], dict(old, phase="interrupted", stop_reason=None)]).stop_reason == (
+        "interrupted")
+    assert history_from_records(OLD_LOG[:3]).stop_reason is None
+
+
+# --------------------------------------------------------------------------- a log that lost its finished steps
+
+
+def recovered_line(at: float, epoch: int, checkpoint: str, cumulative: float, **fields) -> EpochRecord:
+    return line("recovered", epoch=epoch, at=at, cost=0.0, cumulative=cumulative, checkpoint=checkpoint,
+                extra={"reason": "the log held no finished step: going on from the newest complete checkpoint"},
+                **fields)
+
+
+def test_a_job_resumed_from_a_checkpoint_says_so_then_numbers_on_and_counts_the_lost_epochs():
+    from coach.policy.history import history_from_checkpoint
+
+    d = Driver(job_spec(max_epochs=5))
+    out = d.send(Resume(T0, history_from_checkpoint(ckpt("epoch-0003"), 3, 24.0)))
+    assert out == [WriteRecord(recovered_line(T0, 3, ckpt("epoch-0003"), 24.0)), AskPolicy()]
+    assert not d.lc.history.recovered
+    call, out = d.train(T0 + 100, STATIC, 0.75)
+    assert (call.epoch, call.checkpoint_load) == (4, ckpt("epoch-0003"))
+    assert out[0].record.cumulative_cost == 24.0 + COST_21 and out[0].record.stop_reason is None
+    _, out = d.train(T0 + 200, STATIC, 0.75)
+    assert out[0].record.epoch == 5 and out[0].record.stop_reason == "max_epochs"  # 3 lost + 2 = max_epochs
+    # what the log now says reads back the same way
+    lines = [json_line(recovered_line(T0, 3, ckpt("epoch-0003"), 24.0))]
+    assert history_from_records(lines).epochs_done == 3
+    assert history_from_records(lines).checkpoint == ckpt("epoch-0003")
+
+
+def json_line(record: EpochRecord) -> dict:
+    import json
+
+    return json.loads(record.to_json())
+
+
+def test_a_job_resumed_from_its_last_epochs_checkpoint_stops_at_once_with_max_epochs():
+    from coach.policy.history import history_from_checkpoint
+
+    d = Driver(job_spec(max_epochs=3))
+    out = d.send(Resume(T0, history_from_checkpoint(ckpt("epoch-0003"), 3, 24.0)))
+    assert out == [WriteRecord(recovered_line(T0, 3, ckpt("epoch-0003"), 24.0)),
+                   WriteRecord(line("stopped", epoch=3, at=T0, cost=0.0, cumulative=24.0, stop="max_epochs")),
+                   Finish("max_epochs")]
+
+
+def test_a_job_resumed_with_its_budget_spent_stops_with_budget():
+    d = Driver(job_spec(budget=20.0))
+    history = history_from_records(OLD_LOG[:3])  # 12 spent
+    assert d.send(Resume(T0, replace(history, spent=20.0))) == [
+        WriteRecord(line("stopped", epoch=1, at=T0, cost=0.0, cumulative=20.0, stop="budget", budget=20.0)),
+        Finish("budget")]
+
+
+def test_a_dynamic_job_resumed_from_a_checkpoint_calibrates_again_from_it_before_its_next_epoch():
+    from coach.policy.history import history_from_checkpoint
+
+    d = Driver(dynamic_spec(), calibration=((1, 1), (2, 2)))
+    out = d.send(Resume(T0, history_from_checkpoint(ckpt("epoch-0002"), 2, 10.0)))
+    assert out[0].record.phase == "recovered"
+    assert out[1:] == [Submit(F22), WatchPlacement(T0 + 30)]
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    assert out == [invoke((SCHED, S0, W0), epoch=0, step=3, tag="calibration-1", load=ckpt("epoch-0002"),
+                          fraction=0.25)]
+    out = d.send(epoch_done(out[0], T0 + 12, 1.0))
+    out = d.send(epoch_done(out[-1], T0 + 22, 0.9))
+    assert out[-1] == AskPolicy() and d.lc.history.epochs_done == 2
+    _, out = d.train(T0 + 30, Counts(2, 1, affordable=True), 0.8)
+    assert out[0].record.epoch == 3 and out[0].record.checkpoint == ckpt("epoch-0003")
+
+
+# --------------------------------------------------------------------------- diverged training
+
+
+class DivergedReply(WorkerReply):
+    """What the contract's `diverged` field (added by another change) will carry; a stand-in until then."""
+
+    def __init__(self, *args, diverged: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "diverged", diverged)
+
+
+def test_a_non_finite_loss_ends_the_job_as_diverged_without_a_retry_and_charges_the_epoch():
+    d = Driver()
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.5)
+    replies = dict(done.replies)
+    replies[W1] = replace(replies[W1], loss_sum=float("nan"))  # built directly: from_dict refuses NaN
+    out = d.send(replace(done, replies=replies))
+    assert out == [WriteRecord(line("stopped", epoch=0, at=T0 + 12, cost=COST_21, cumulative=COST_21,
+                                    placement=names(F21), stop="diverged", charged=40.0,
+                                    extra={"error": "epoch 1: worker rank 1 reported a non-finite loss"})),
+                   Remove(F21), Release(F21), Finish("diverged")]
+    assert d.lc.reason == "diverged" and d.lc.history.spent == COST_21 and d.lc.status().phase == "failed"
+    assert as_lines(out)  # standard JSON: record_line raises on NaN
+
+
+def test_a_worker_that_says_it_diverged_ends_the_job_even_without_a_loss_or_checkpoint():
+    d = Driver()
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.5, checkpoint=None)
+    replies = {W0: DivergedReply(rank=0, num_workers=2, loss_sum=None, samples=64, correct=0, compute_s=8.0,
+                                 checkpoint_saved=None, diverged=True)}
+    replies[W1] = WorkerReply(rank=1, num_workers=2, loss_sum=32.0, samples=64, correct=32, compute_s=7.5,
+                              checkpoint_saved=None)  # worker 1 was fine
+    out = d.send(replace(done, replies=replies))
+    assert out[0].record.stop_reason == "diverged" and out[0].record.cost == COST_21
+    assert out[0].record.extra["error"] == "epoch 1: worker rank 0 reported a non-finite loss"
+    assert out[-1] == Finish("diverged")
+
+
+@pytest.mark.parametrize("val_loss", [float("inf"), float("-inf"), float("nan")])
+def test_a_validation_loss_that_is_not_finite_is_divergence_too(val_loss):
+    d = Driver()
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.5)
+    replies = dict(done.replies)
+    replies[W0] = replace(replies[W0], val_loss=val_loss, val_accuracy=0.5)
+    out = d.send(replace(done, replies=replies))
+    assert out[0].record.phase == "stopped" and out[0].record.stop_reason == "diverged"
+    assert "validation loss" in out[0].record.extra["error"]
+    assert as_lines(out)[0]["cost"] == COST_21
+
+
+def test_a_diverged_calibration_step_ends_the_job_as_diverged():
+    d = Driver(dynamic_spec(), calibration=CALIBRATION)
+    d.send(Start(T0))
+    out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
+    done = epoch_done(out[0], T0 + 12, float("inf"))
+    out = d.send(done)
+    assert out[0].record.stop_reason == "diverged"
+    assert out[0].record.extra["error"] == "calibration step 1: worker rank 0 reported a non-finite loss"
+
+
+def test_another_non_finite_number_in_a_reply_is_a_failed_attempt_not_a_record():
+    d = Driver()
+    call = d.start_static(T0)
+    done = epoch_done(call, T0 + 12, 0.5)
+    replies = dict(done.replies)
+    replies[W0] = replace(replies[W0], val_loss=0.5, val_accuracy=float("nan"))
+    out = d.send(replace(done, replies=replies))
+    assert out == [WriteRecord(retry_line(T0 + 12, attempt=1, cost=COST_21, cumulative=COST_21, will_retry=True,
+                                          error="lenet: error: reply: accuracy not finite", charged=40.0)),
+                   WaitUntil(T0 + 12.5)]
+
+
+def test_non_finite_numbers_in_a_decisions_details_are_recorded_as_null():
+    d = Driver()
+    d.send(Start(T0))
+    details = {"speed_fit": {"b1": float("inf"), "notes": ["x"]}, "predicted_epoch_time_s": float("nan"),
+               "per_epoch_budget": 2.5, "points": [1.0, float("-inf")]}
+    out = d.send(Decided(T0 + 1, Counts(2, 1, affordable=False, details=details)))
+    assert out[0].record.extra["decision"] == {"speed_fit": {"b1": None, "notes": ["x"]},
+                                               "predicted_epoch_time_s": None, "per_epoch_budget": 2.5,
+                                               "points": [1.0, None]}
+    assert as_lines(out)
+
+
+# --------------------------------------------------------------------------- what the summary says of a job
+
+
+def test_the_summary_counts_of_a_job_that_failed_on_its_first_epoch_are_those_of_its_last_line():
+    from coach.domain.records import JobOutcome
+    from coach.policy.history import fill_outcome
+
+    d = Driver(job_spec(max_retries=0))
+    d.start_static(T0)
+    out = d.send(failed(T0 + 20))
+    assert out[1].record.phase == "stopped" and (out[1].record.workers, out[1].record.servers) == (2, 1)
+    outcome = JobOutcome(submitted_s=T0)
+    fill_outcome(outcome, d.lc.history, T0 + 21)
+    assert (outcome.workers, outcome.servers) == (2, 1)
+    from_log = JobOutcome(submitted_s=T0)
+    fill_outcome(from_log, history_from_records(as_lines(out)), T0 + 21)
+    assert (from_log.workers, from_log.servers, from_log.stop_reason) == (2, 1, outcome.stop_reason)
+
+
+# --------------------------------------------------------------------------- what a view is told
+
+
+def test_the_status_names_the_epoch_that_runs_and_the_epoch_that_is_done():
+    d = Driver()
+    call = d.start_static(T0)
+    status = d.lc.status()
+    assert (status.phase, status.epoch, status.message) == ("training", 0, "running epoch 1")
+    d.send(epoch_done(call, T0 + 12, 0.75))
+    status = d.lc.status()
+    assert (status.phase, status.epoch, status.message) == ("training", 1, "epoch 1 done")
+    d.send(Decided(T0 + 20, STATIC))
+    d.bind_all(T0 + 21)
+    assert d.lc.status().message == "running epoch 2"
+    d.send(failed(T0 + 30))
+    d.send(TimerFired(T0 + 30.5))
+    d.send(Deployed(T0 + 31, F21))
+    assert d.lc.status().message == "running epoch 2 (attempt 2)"
+
+
+def test_a_plain_view_prints_each_epoch_once_unambiguously():
+    """The view is told the status after every event, as the drivers do; it prints epoch N once, as done."""
+    import io
+
+    from coach.views.terminal import PlainView
+
+    out = io.StringIO()
+    view = PlainView("run-7", out=out)
+    d = Driver(job_spec(max_epochs=3))
+    view.update(d.lc.status())
+    call = d.start_static(T0)
+    view.update(d.lc.status())
+    for epoch in (1, 2, 3):
+        d.send(epoch_done(call, T0 + 100 * epoch, 0.75))
+        view.update(d.lc.status())
+        if epoch < 3:
+            d.send(Decided(T0 + 100 * epoch + 1, STATIC))
+            view.update(d.lc.status())
+            call = d.bind_all(T0 + 100 * epoch + 2)[0]
+            view.update(d.lc.status())
+    lines = [text.split(" ", 1)[1] for text in out.getvalue().splitlines()]
+    assert [text.split("epochs_done=")[1].split()[0] for text in lines] == ["0", "1", "2", "3"]
+    assert lines[0].startswith("lenet: waiting epochs_done=0 ")
+    assert lines[1].endswith("(epoch 1 done)") and lines[2].endswith("(epoch 2 done)")
+    assert lines[3].startswith("lenet: done epochs_done=3 loss=0.7500 ")  # the last epoch ends the job
+    assert not any("running" in text for text in lines)

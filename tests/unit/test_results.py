@@ -199,3 +199,47 @@ def test_a_torn_last_line_is_cut_before_a_resumed_run_appends(tmp_path):
     assert drop_torn_tail(log) is True
     assert log.read_text() == '{"epoch": 1}\n'
     assert drop_torn_tail(log) is False  # a whole log is left alone
+
+
+# --------------------------------------------------------------------------- standard JSON only
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_record_with_a_non_finite_number_is_refused_naming_the_field_and_nothing_is_written(tmp_path, bad):
+    from coach.storage.results import NonFiniteValue
+
+    path = tmp_path / "lenet.jsonl"
+    append_all(path, RECORD)
+    log = ResultLog(path)
+    try:
+        with pytest.raises(NonFiniteValue) as raised:
+            log.append(replace(RECORD, epoch=2, loss=bad, extra={"decision": {"speed_fit": {"b1": bad}}}))
+    finally:
+        log.close()
+
+    message = str(raised.value)
+    assert str(path) in message and "epoch 2 (training)" in message
+    assert f"loss = {bad!r}" in message and f"decision.speed_fit.b1 = {bad!r}" in message
+    assert read_log(path) == [RECORD_AS_JSON]  # the log is as it was
+
+
+def test_a_summary_with_a_non_finite_number_is_refused_and_the_old_file_kept(tmp_path):
+    from coach.storage.results import NonFiniteValue
+
+    path = tmp_path / "summary.json"
+    write_json_atomic(path, {"v": 1})
+
+    with pytest.raises(NonFiniteValue, match=r"summary.json: .*jobs\.a\.total_cost = nan, series\[1\] = inf"):
+        write_json_atomic(path, {"jobs": {"a": {"total_cost": float("nan")}}, "series": [1.0, float("inf")]})
+
+    assert json.loads(path.read_text(encoding="utf-8")) == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_a_memory_sink_refuses_non_finite_numbers_as_a_log_does():
+    from coach.storage.results import MemorySink, NonFiniteValue
+
+    sink = MemorySink()
+    with pytest.raises(NonFiniteValue):
+        sink.append(replace(RECORD, cost=float("inf")))
+    assert sink.records == []
