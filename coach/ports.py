@@ -49,6 +49,11 @@ class Placement(Protocol):
         """Why `job`'s pending pods are pending: a deadlock, or the plugins' reasons."""
         ...
 
+    @property
+    def version(self) -> int:
+        """Changes whenever poll or explain may answer differently (on Kubernetes: the resourceVersion seen)."""
+        ...
+
 
 class Platform(Protocol):
     """Where functions run: deployed for a pod once it is bound, invoked once per epoch, removed after."""

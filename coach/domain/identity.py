@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import Iterable, Mapping
 
 
@@ -41,7 +42,7 @@ class FunctionId:
     role: Role  # what it does in the parameter-server job
     index: int  # 0-based, per role
 
-    @property
+    @cached_property
     def name(self) -> str:
         """`lenet-worker-0`: a display and file name, never read back."""
         return f"{self.job}-{self.role.value}-{self.index}"

@@ -8,12 +8,13 @@ driver a simulated clock and a heap of future events. Side effects: only through
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from coach.domain.contracts import ContractError, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, has_quorum
-from coach.domain.invocation import ERROR, Failure, FunctionRef
+from coach.domain.invocation import ERROR, UNREACHABLE, Failure, FunctionRef
 from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
@@ -43,6 +44,7 @@ class Work:
     run: Callable[[], object]
     to_event: Callable[[object, float], ev.Event]
     duration_s: Callable[[object], float]  # how long it took (the virtual driver's clock advances by it)
+    cut: Callable[[object, float], object] | None = None  # its result had a stop closed the platform after s
 
 
 class Driver:
@@ -60,6 +62,16 @@ class Driver:
         self.refs: dict[FunctionId, FunctionRef] = {}  # deployed functions of every job
         self._asking: set[str] = set()
         self._placement_changed = False
+        self._index = {name: i for i, name in enumerate(self.order)}
+        self._waiting: set[str] = set()  # jobs whose lifecycle waits for Bindings
+        self._fresh: set[str] = set()  # waiting jobs not polled since their watch began
+        self._told: dict[str, tuple] = {}  # job -> (bound, why, placement version) of its last poll in this watch
+        self._quiet: tuple[object, float] | None = None  # (placement version, earliest deadline): every waiting
+        # job has been polled at this version, so until it changes or the deadline comes, only fresh ones need a poll
+        # what the policy sees of every unfinished job, in submission order; rebuilt only for jobs that changed
+        self._views = {lc.spec.name: JobView(lc.spec, lc.history, lc.held_slots, False) for lc in lifecycles}
+        self._changed: set[str] = set()  # jobs that handled an event since the last policy round
+        self._asked: set[str] = set()  # jobs whose views said `asking` in the last round
         ports.placement.register(self.order)
 
     # -- to be provided by a subclass -------------------------------------------------------------------------
@@ -97,6 +109,11 @@ class Driver:
             commands = lc.crash(self.now_s(), error)
         for command in commands:
             self._execute(job, command)
+        self._changed.add(job)
+        if lc.awaiting == Awaiting.BINDINGS:
+            self._waiting.add(job)
+        else:
+            self._waiting.discard(job)
         self.ports.view.update(lc.status())
 
     def settle(self) -> None:
@@ -106,9 +123,7 @@ class Driver:
                 self._policy_round()
             elif self._placement_changed:
                 self._placement_changed = False
-                for job in self.order:
-                    if self.jobs[job].awaiting == Awaiting.BINDINGS:
-                        self._poll(job)
+                self._poll_waiting_jobs()
             else:
                 return
 
@@ -127,17 +142,69 @@ class Driver:
     def finished(self) -> bool:
         return all(lc.done for lc in self.jobs.values())
 
+    @property
+    def placement_waited_for(self) -> bool:
+        """True while some job waits for its quorum."""
+        return bool(self._waiting)
+
+    def _poll_waiting_jobs(self) -> None:
+        """Bindings for every job that waits for its quorum, in submission order.
+
+        The first poll runs the scheduler now. The placement's `version` (it changes whenever a poll or explain
+        may answer differently) lets the others be skipped when they would be no news: a job that heard the
+        current version's answer in this watch, before its deadline, would hear it again and do nothing.
+        """
+        jobs, index, waiting = self.jobs, self._index.__getitem__, self._waiting
+        if not waiting:
+            return
+        placement = self.ports.placement
+        first = min(waiting, key=index)
+        self._poll(first)
+        version, now_s = placement.version, self.now_s()
+        quiet = self._quiet is not None and self._quiet[0] == version and now_s < self._quiet[1]
+        if quiet:  # every waiting job but the fresh ones heard this version's answer already
+            others, deadline_s = sorted(self._fresh & waiting, key=index), self._quiet[1]
+        else:
+            others, deadline_s = sorted(waiting - {first}, key=index), math.inf
+        if first in waiting:
+            deadline_s = min(deadline_s, jobs[first].watch_deadline_s)
+        for job in others:
+            lc = jobs[job]
+            if lc.awaiting != Awaiting.BINDINGS:
+                continue
+            told = self._told.get(job)
+            if (job in self._fresh or told is None or told[2] != placement.version
+                    or now_s >= lc.watch_deadline_s):
+                self._poll(job)
+            if lc.awaiting == Awaiting.BINDINGS:
+                deadline_s = min(deadline_s, lc.watch_deadline_s)
+        if placement.version != version or self._fresh & waiting:
+            self._quiet = None  # a poll changed the placement: the next pass looks at every job again
+        else:
+            self._quiet = (version, deadline_s)
+
     def _poll(self, job: str) -> None:
         now_s = self.now_s()
-        bound = self.ports.placement.poll(job, now_s)
-        why = "" if has_quorum(bound) else self.ports.placement.explain(job, now_s)
+        placement = self.ports.placement
+        bound = placement.poll(job, now_s)
+        why = "" if bound and has_quorum(bound) else placement.explain(job, now_s)
+        self._fresh.discard(job)
+        before, self._told[job] = self._told.get(job), (bound, why, placement.version)
+        if before is not None and before[:2] == (bound, why) and now_s < self.jobs[job].watch_deadline_s:
+            return  # the job heard exactly this in this watch: hearing it again would change nothing
         self._dispatch(job, ev.Bindings(now_s, bound, why))
 
     def _policy_round(self) -> None:
         """The run's policy decides for every unfinished job at once; the asking ones get their answer."""
         asking, self._asking = self._asking, set()
-        views = [JobView(lc.spec, lc.history, lc.held_slots, name in asking)
-                 for name, lc in ((n, self.jobs[n]) for n in self.order) if not lc.done]
+        for name in self._changed | asking | self._asked:  # the views of the others are as they were
+            lc = self.jobs[name]
+            if lc.done:
+                self._views.pop(name, None)
+            elif name in self._views:
+                self._views[name] = JobView(lc.spec, lc.history, lc.held_slots, name in asking)
+        self._changed, self._asked = set(), asking
+        views = list(self._views.values())
         now_s = self.now_s()
         decisions = self.policy.decide(self.cluster, views, now_s)
         for job in self.order:
@@ -156,6 +223,8 @@ class Driver:
             ports.placement.release(command.ids)
             self._placement_changed = True
         elif isinstance(command, cmd.WatchPlacement):
+            self._told.pop(job, None)
+            self._fresh.add(job)  # a new watch: its first Bindings is news, whatever it says
             self._placement_changed = True
             self.set_timer(job, command.deadline_s)
         elif isinstance(command, cmd.WaitUntil):
@@ -174,6 +243,7 @@ class Driver:
         elif isinstance(command, cmd.PruneCheckpoints):
             ports.store.prune(job, command.keep)
         elif isinstance(command, cmd.Finish):
+            self._views.pop(job, None)  # policies see unfinished jobs only
             ports.sinks[job].close()
             self.on_finish(self.jobs[job], self.now_s())
         else:
@@ -226,7 +296,12 @@ class Driver:
                 return ev.EpochFailed(now_s, failure, durations)
             return ev.EpochDone(now_s, started_s, wall_s, replies, durations, checkpoint)
 
-        return Work(job, run, to_event, lambda result: result[3])
+        def cut(result, after_s: float):
+            """As when a stop closes the platform `after_s` into the epoch: every call fails as unreachable."""
+            durations = {fid: min(took_s, after_s) for fid, took_s in result[2].items()}
+            return Failure(job, UNREACHABLE, "platform closed", after_s), {}, durations, after_s, None
+
+        return Work(job, run, to_event, lambda result: result[3], cut)
 
 
 def epoch_result(together: Together, refs: Sequence[FunctionRef], store: CheckpointStore):

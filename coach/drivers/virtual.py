@@ -12,7 +12,6 @@ from typing import Sequence
 
 from coach.drivers.core import Driver, Work
 from coach.lifecycle import events as ev
-from coach.lifecycle.job import Awaiting
 
 TICK_S = 1.0  # how often, in simulated seconds, jobs waiting for their quorum see the scheduler again
 
@@ -35,6 +34,7 @@ class VirtualDriver(Driver):
         self._seq = itertools.count()
         self._timer_at: dict[str, float] = {}
         self._tick_pending = False
+        self._cut: set[int] = set()  # heap entries of work a stop cut short
         self.events = 0  # events delivered, for the benchmark
 
     def now_s(self) -> float:
@@ -42,7 +42,8 @@ class VirtualDriver(Driver):
 
     def start_work(self, work: Work) -> None:
         result = work.run()
-        self._push(self.clock.t_s + work.duration_s(result), "work", work.job, (work, result))
+        now_s = self.clock.t_s
+        self._push(now_s + work.duration_s(result), "work", work.job, (work, result, now_s))
 
     def set_timer(self, job: str, at_s: float) -> None:
         self._timer_at[job] = at_s
@@ -59,11 +60,13 @@ class VirtualDriver(Driver):
         for job, event in first_events:
             self.deliver(job, event)
         while self._heap:
-            at_s, _, kind, job, payload = heapq.heappop(self._heap)
+            at_s, seq, kind, job, payload = heapq.heappop(self._heap)
+            if seq in self._cut:
+                continue
             self.clock.t_s = max(self.clock.t_s, at_s)
             self.events += 1
             if kind == "work":
-                work, result = payload
+                work, result, _ = payload
                 event = work.to_event(result, self.clock.t_s)
                 if event is not None:
                     self.deliver(job, event)
@@ -73,15 +76,26 @@ class VirtualDriver(Driver):
                     self.timer(job)
             elif kind == "stop":
                 self.stop_all()
+                self._cut_in_flight()
             else:
                 self._tick_pending = False
                 self.poll_waiting()
             self._schedule_tick()
 
+    def _cut_in_flight(self) -> None:
+        """What closing the platform does live: work still in flight (an epoch) fails now, with the slot time
+        it used so far; its own later event is dropped."""
+        now_s = self.clock.t_s
+        for at_s, seq, kind, job, payload in list(self._heap):
+            if kind == "work" and at_s > now_s and seq not in self._cut and payload[0].cut is not None:
+                work, result, started_s = payload
+                self._cut.add(seq)
+                self._push(now_s, "work", job, (work, work.cut(result, now_s - started_s), started_s))
+
     def _schedule_tick(self) -> None:
         """While a job waits for its quorum, let the scheduler see the pods again a simulated second later."""
         if self._tick_pending:
             return
-        if any(lc.awaiting == Awaiting.BINDINGS for lc in self.jobs.values()):
+        if self.placement_waited_for:
             self._tick_pending = True
             self._push(self.clock.t_s + TICK_S, "tick", "", None)

@@ -29,6 +29,20 @@ class ForkPlacement:
         self._ids: dict[str, FunctionId] = {}  # pod name -> function, for every pod the scheduler knows
         self._bound: dict[str, dict[FunctionId, str]] = {}  # job -> its bound functions -> node
         self._quorum = {role.value: need for role, need in QUORUM.items()}
+        # Drivers poll every waiting job after every event. Two things keep that cheap without changing any
+        # answer: after a scheduling run at now_s, another run at now_s finds nothing to do until a pod is
+        # submitted or released (a pod that failed backs off for at least a second); and what poll and explain
+        # answer changes only with a submit, a release, or a run that binds, rejects, or changes a pending
+        # pod's reason or the pods waiting at Permit.
+        self._version = 0  # bumped whenever poll or explain may answer differently
+        self._scheduled: tuple[int, float] | None = None  # (version, now_s) after the last scheduling run
+        self._seen: tuple[Mapping, Mapping] | None = None  # the last run's pending reasons and pods at Permit
+        self._explained: tuple[int, str | None, dict[str, list[str]]] | None = None  # version, deadlock, reasons
+
+    @property
+    def version(self) -> int:
+        """Changes whenever `poll` or `explain` may answer differently; drivers skip polls that would be no news."""
+        return self._version
 
     def register(self, jobs: Iterable[str]) -> None:
         """Fix the jobs' creation order (FIFO order for the gang profiles) before any pod arrives."""
@@ -44,10 +58,18 @@ class ForkPlacement:
             pods.append(Pod(fid.name, job, fid.role.value, next(self._seq), job_seq))
         if pods:
             self._scheduler.submit(pods, PodGroup(job, min_member=dict(self._quorum)))
+            self._version += 1
 
     def schedule(self, now_s: float) -> bool:
         """Run the scheduler now; True when it bound something."""
+        if self._scheduled == (self._version, now_s):
+            return False  # nothing was submitted or released since the last run at this time: nothing to do
         result = self._scheduler.schedule(now_s)
+        seen = (result.pending, result.waiting)
+        if result.bound or result.rejected or seen != self._seen:
+            self._version += 1
+        self._seen = seen
+        self._scheduled = (self._version, now_s)
         for name, node in result.bound.items():
             fid = self._ids[name]
             self._bound.setdefault(fid.job, {})[fid] = node
@@ -60,16 +82,23 @@ class ForkPlacement:
 
     def explain(self, job: str, now_s: float) -> str:
         """Why `job` has no quorum: the deadlock if there is one, else its pods' pending reasons."""
-        deadlock = self._scheduler.deadlock(now_s)
-        if deadlock is not None:
-            return f"deadlock: {deadlock.reason}"
-        reasons = sorted({reason for name, reason in self._scheduler.pending.items() if self._ids[name].job == job})
-        return "; ".join(reasons) or "waiting for slots"
+        if self._explained is None or self._explained[0] != self._version:
+            deadlock = self._scheduler.deadlock(now_s)  # its answer does not depend on now_s
+            reasons: dict[str, set[str]] = {}
+            for name, reason in self._scheduler.pending.items():
+                reasons.setdefault(self._ids[name].job, set()).add(reason)
+            self._explained = (self._version, None if deadlock is None else f"deadlock: {deadlock.reason}",
+                               {name: sorted(found) for name, found in reasons.items()})
+        _, deadlock_text, reasons_of = self._explained
+        if deadlock_text is not None:
+            return deadlock_text
+        return "; ".join(reasons_of.get(job, ())) or "waiting for slots"
 
     def release(self, ids: Iterable[FunctionId]) -> None:
         """Forget these pods, pending or bound, and free their slots."""
         ids = list(ids)
         self._scheduler.delete([fid.name for fid in ids])
+        self._version += 1
         for fid in ids:
             self._ids.pop(fid.name, None)
             self._bound.get(fid.job, {}).pop(fid, None)

@@ -67,7 +67,7 @@ class JobDemand:
     max_servers: int | None = None  # the job's own cap on servers (>= 1), None for none
 
     def __post_init__(self) -> None:
-        if not isinstance(self.speed, SpeedModel):
+        if not callable(getattr(self.speed, "epochs_per_s", None)):  # runtime_checkable isinstance is slow
             raise TypeError(f"job {self.job!r}: speed must have a method epochs_per_s(workers, servers)")
         if not (math.isfinite(self.remaining_epochs) and self.remaining_epochs >= 1):
             raise ValueError(f"job {self.job!r}: remaining_epochs must be finite and >= 1, "

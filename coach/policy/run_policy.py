@@ -70,7 +70,7 @@ class Policy(Protocol):
         ...
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
-        """Counts or Wait for every job given."""
+        """Counts or Wait for every asking job, weighing all the jobs given (every unfinished job of the run)."""
         ...
 
 
@@ -93,7 +93,7 @@ class StaticPolicy:
         return ()
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
-        return {job.spec.name: _fixed(job) for job in jobs}
+        return {job.spec.name: _fixed(job) for job in jobs if job.asking}
 
 
 class CoachPolicy:
@@ -120,6 +120,8 @@ class CoachPolicy:
         plans = plan_jobs([PlanInput(job.spec, job.history, job.budget_left) for job in planned], free,
                           cluster.price_per_slot_s, self.min_gain)
         for job in jobs:
+            if not job.asking:
+                continue
             if job.spec.fixed_counts:
                 decisions[job.spec.name] = _fixed(job)
             elif job.spec.name in planned_names:

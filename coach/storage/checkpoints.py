@@ -79,21 +79,26 @@ class FileCheckpointStore:
 class MemoryCheckpointStore:
     """Checkpoints that are only names: a simulated worker marks what it 'saved'."""
 
-    saved: set[str] = field(default_factory=set)
+    saved: dict[str, set[str]] = field(default_factory=dict)  # job -> its saved prefixes
 
     def prefix(self, job: str, tag: str) -> str:
         return f"mem://{job}/{tag}"
 
+    @staticmethod
+    def _job(prefix: str) -> str:
+        return prefix[len("mem://"):].rsplit("/", 1)[0]
+
     def mark_saved(self, prefix: str) -> None:
-        self.saved.add(prefix)
+        self.saved.setdefault(self._job(prefix), set()).add(prefix)
 
     def complete(self, prefix: str | None) -> bool:
-        return prefix in self.saved
+        return bool(prefix) and prefix.startswith("mem://") and prefix in self.saved.get(self._job(prefix), ())
 
     def newest_complete(self, job: str) -> str | None:
-        return _newest(p for p in self.saved if p.startswith(f"mem://{job}/"))
+        return _newest(self.saved.get(job, ()))
 
     def prune(self, job: str, keep: str) -> int:
-        old = {p for p in self.saved if p.startswith(f"mem://{job}/") and p != keep}
-        self.saved -= old
+        mine = self.saved.get(job, set())
+        old = mine - {keep}
+        mine -= old
         return len(old)

@@ -40,10 +40,11 @@ def test_the_registry_has_both_policies_under_their_names():
     assert set(POLICIES) >= {"static", "coach"}
 
 
-def test_static_gives_every_job_its_files_counts():
-    jobs = [JobView(spec("a", 2, 1), History(), 0, True), JobView(spec("b", 1, 3), History(), 4, False)]
+def test_static_gives_every_asking_job_its_files_counts():
+    jobs = [JobView(spec("a", 2, 1), History(), 0, True), JobView(spec("b", 1, 3), History(), 4, False),
+            JobView(spec("c", 1, 3), History(), 0, True)]
     decided = POLICIES["static"].decide(CLUSTER, jobs, 0.0)
-    assert decided == {"a": Counts(2, 1, True), "b": Counts(1, 3, True)}
+    assert decided == {"a": Counts(2, 1, True), "c": Counts(1, 3, True)}
 
 
 def test_static_needs_counts_and_never_calibrates():
@@ -79,14 +80,14 @@ def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
     """What the old `slots_for_growth` workaround did, now a fact of the run-level decision."""
     jobs = [JobView(spec("dyn"), calibrated(), 5, True), JobView(spec("queued", 4, 4), History(), 9, False)]
     decided = POLICIES["coach"].decide(CLUSTER, jobs, 0.0)
-    assert decided["queued"] == Counts(4, 4, True)
+    assert set(decided) == {"dyn"}  # only the asking job gets an answer; the queued one weighs in
     assert decided["dyn"] == Counts(1, 1, True, decided["dyn"].details)  # 12 - 9 = 3 slots: (1,1) only
     assert decided["dyn"].details["free_slots"] == 3
     assert decided["dyn"].details["stopped_by"] == "capacity"
 
 
 def test_two_dynamic_jobs_share_the_free_slots_by_marginal_gain():
-    jobs = [JobView(spec("a"), calibrated(), 5, True), JobView(spec("b"), calibrated(), 5, False)]
+    jobs = [JobView(spec("a"), calibrated(), 5, True), JobView(spec("b"), calibrated(), 5, True)]
     decided = POLICIES["coach"].decide(ClusterView(8, 0.0001), jobs, 0.0)
     counts = {name: (d.workers, d.servers) for name, d in decided.items()}
     assert sum(w + s + 1 for w, s in counts.values()) <= 8
