@@ -40,7 +40,7 @@ from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
-from coach.model.cost import cost_like_last, epoch_cost
+from coach.model.cost import epoch_cost, predicted_cost
 from coach.model.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
 from coach.policy.run_policy import Counts, Wait
@@ -119,6 +119,7 @@ class JobLifecycle:
         self.placement_timeout_s = placement_timeout_s
         self._total_slots = cluster.total_slots
         self._prices = {node.name: node.price_per_slot_s for node in cluster.nodes}
+        self._max_price = max(self._prices.values())  # predictions stay conservative
         self.history = History()
         self.awaiting = Awaiting.NOTHING
         self.stop_requested = False
@@ -218,8 +219,9 @@ class JobLifecycle:
 
     def _calibrate(self, now_s: float, number: int) -> list[cmd.Command]:
         workers, servers = self.calibration[number - 1]
-        predicted = cost_like_last(self.history.last_cost, self.history.last_counts, (workers, servers))
-        if predicted is not None and self.history.spent + predicted > self.spec.budget:
+        predicted = predicted_cost(self.history.last_cost, self.history.last_counts, (workers, servers),
+                                   self._max_price)
+        if self.history.spent + predicted > self.spec.budget:
             return self._finish(now_s, "budget")
         fraction = self.spec.calibration_fraction
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,

@@ -33,3 +33,20 @@ def cost_from_speed(epochs_per_s: float, workers: int, servers: int, price_per_s
     if not (math.isfinite(epochs_per_s) and epochs_per_s > 0):
         return math.inf
     return slots_for(workers, servers) / epochs_per_s * price_per_slot_s
+
+
+#: The shortest epoch seen on this machine: the fixed part alone (ps-lite rendezvous and teardown, model build,
+#: checkpoint, validation) measured 0.30-0.38 s per epoch (benchmarks/README.md). No epoch costs less.
+MIN_EPOCH_S = 0.3
+
+
+def cost_floor(workers: int, servers: int, price_per_slot_s: float) -> float:
+    """The least an epoch at (workers, servers) can cost: every slot held for the shortest epoch."""
+    return slots_for(workers, servers) * MIN_EPOCH_S * price_per_slot_s
+
+
+def predicted_cost(last_cost: float | None, last_counts: tuple[int, int] | None, counts: tuple[int, int],
+                   price_per_slot_s: float) -> float:
+    """The next step's cost: like the last one, scaled by slots; before any step, the floor."""
+    like_last = cost_like_last(last_cost, last_counts, counts)
+    return cost_floor(*counts, price_per_slot_s) if like_last is None else like_last

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
 from coach.domain.jobs import JobSpec
-from coach.model.cost import cost_like_last
+from coach.model.cost import predicted_cost
 from coach.policy.history import History
 from coach.policy.planning import CALIBRATION_POINTS, PlanInput, plan_jobs
 
@@ -74,11 +74,12 @@ class Policy(Protocol):
         ...
 
 
-def _fixed(job: JobView) -> Counts:
-    """The job file's counts; affordable unless the last epoch at these counts says otherwise."""
+def _fixed(job: JobView, cluster: ClusterView) -> Counts:
+    """The job file's counts; affordable unless the predicted epoch (the last one's cost, or before any epoch
+    the cost floor) exceeds what is left."""
     counts = job.spec.fixed_counts
-    predicted = cost_like_last(job.history.last_cost, job.history.last_counts, counts)
-    return Counts(*counts, affordable=predicted is None or predicted <= job.budget_left)
+    predicted = predicted_cost(job.history.last_cost, job.history.last_counts, counts, cluster.price_per_slot_s)
+    return Counts(*counts, affordable=predicted <= job.budget_left)
 
 
 class StaticPolicy:
@@ -93,7 +94,7 @@ class StaticPolicy:
         return ()
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
-        return {job.spec.name: _fixed(job) for job in jobs if job.asking}
+        return {job.spec.name: _fixed(job, cluster) for job in jobs if job.asking}
 
 
 class CoachPolicy:
@@ -123,7 +124,7 @@ class CoachPolicy:
             if not job.asking:
                 continue
             if job.spec.fixed_counts:
-                decisions[job.spec.name] = _fixed(job)
+                decisions[job.spec.name] = _fixed(job, cluster)
             elif job.spec.name in planned_names:
                 chosen = plans[job.spec.name]
                 allocation = chosen.allocation

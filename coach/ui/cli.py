@@ -39,13 +39,20 @@ exit codes:
 
 
 def cmd_validate(args) -> int:
-    try:
-        specs = load_jobs(args.files)
-    except JobFileError as error:
-        return _fail(error.lines)
+    specs, cluster = _inputs(args.files, args.cluster)
+    from coach.model.cost import MIN_EPOCH_S, cost_floor
+
+    price = max(node.price_per_slot_s for node in cluster.nodes)
     for spec in specs:
         counts = f"{spec.workers} workers, {spec.servers} servers" if spec.fixed_counts else "dynamic"
         print(f"{spec.source}: ok: job '{spec.name}' ({counts}, budget {spec.budget:g})")
+        first = spec.fixed_counts or (1, 1)  # a dynamic job's first calibration step runs at (1,1)
+        floor = cost_floor(*first, price)
+        if spec.budget < floor:
+            print(f"{spec.source}: budget: warning: {spec.budget:g} is below the least one epoch at "
+                  f"{first[0]}/{first[1]} can cost ({first[0] + first[1] + 1} slots x {MIN_EPOCH_S:g} s x "
+                  f"{price:g} per slot-second = {floor:.3g}); the job will stop with `budget` before training",
+                  file=sys.stderr)
     return 0
 
 
@@ -264,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = subparser(sub, "validate", help="check job files without running anything", epilog=EXIT_CODES)
     validate.add_argument("files", nargs="+", metavar="FILE", help="job files (YAML) to check")
+    validate.add_argument("--cluster", metavar="FILE",
+                          help="cluster file whose prices the budget warnings use (default: the thesis cluster)")
     validate.set_defaults(func=cmd_validate)
 
     run = subparser(sub, "run", help="train every job concurrently on the embedded platform", epilog=EXIT_CODES)

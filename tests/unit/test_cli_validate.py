@@ -277,3 +277,29 @@ def test_a_non_finite_option_is_argparse_s_one_line_error(argv, capsys):
 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: argument --" in err and "must be a finite number" in err
+
+
+# --------------------------------------------------------------------------- money is never silent
+
+
+def test_validate_warns_when_the_budget_is_below_the_least_one_epoch_can_cost(folder, capsys):
+    job = write(folder, "job.yaml", STATIC_JOB.replace("budget: 0.25", "budget: 0.0001"))
+
+    assert main(["validate", str(job)]) == 0  # a warning, not bad input
+
+    out = capsys.readouterr()
+    assert out.out == f"{job}: ok: job 'tiny' (2 workers, 1 servers, budget 0.0001)\n"
+    assert out.err == (f"{job}: budget: warning: 0.0001 is below the least one epoch at 2/1 can cost "
+                       "(4 slots x 0.3 s x 0.0001 per slot-second = 0.00012); the job will stop with `budget` "
+                       "before training\n")
+
+
+def test_validate_warns_a_dynamic_job_about_its_first_calibration_step_and_uses_the_cluster_price(folder, capsys):
+    job = write(folder, "job.yaml", STATIC_JOB.replace("workers: 2\nservers: 1\n", "").replace("0.25", "0.5"))
+    cluster = write(folder, "cluster.yaml", "nodes:\n  - {name: a, slots: 4, price_per_slot_s: 1.0}\n")
+
+    assert main(["validate", str(job), "--cluster", str(cluster)]) == 0
+
+    assert capsys.readouterr().err == (
+        f"{job}: budget: warning: 0.5 is below the least one epoch at 1/1 can cost (3 slots x 0.3 s x 1 per "
+        "slot-second = 0.9); the job will stop with `budget` before training\n")

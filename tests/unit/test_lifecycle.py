@@ -13,6 +13,7 @@ from typing import Mapping
 
 import pytest
 
+from coach.model.cost import MIN_EPOCH_S
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 from coach.domain.contracts import Hyper, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
@@ -289,6 +290,15 @@ def test_a_calibration_point_larger_than_the_cluster_stops_the_job_before_submit
                                                   workers=0, servers=0, stop=reason)),
                                  Finish(reason)]
     assert d.lc.status().phase == "failed"
+
+
+def test_a_first_calibration_step_the_budget_cannot_cover_stops_before_anything_is_submitted():
+    """Nothing measured yet: the least a (1,1) step can cost is 3 slots x MIN_EPOCH_S x the highest price."""
+    floor = 3 * MIN_EPOCH_S * 0.5
+    d = Driver(dynamic_spec(budget=floor * 0.99), calibration=CALIBRATION)
+    assert d.send(Start(T0)) == [WriteRecord(line("stopped", epoch=0, at=T0, cost=0.0, cumulative=0.0,
+                                                  workers=0, servers=0, stop="budget", budget=floor * 0.99)),
+                                 Finish("budget")]
 
 
 # --------------------------------------------------------------------------- Wait decisions

@@ -109,3 +109,11 @@ def test_an_uncalibrated_dynamic_job_waits():
 def test_coach_says_whether_the_planned_epoch_is_affordable(budget, affordable):
     decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn", budget=budget), calibrated(), 5, True)], 0.0)
     assert decided["dyn"].affordable is affordable
+
+
+def test_a_fixed_job_whose_budget_is_below_the_cost_floor_is_told_before_its_first_epoch():
+    """No measurement yet: the least an epoch can cost (slots x MIN_EPOCH_S x price) decides."""
+    cheap = JobView(spec("a", 2, 1, budget=4 * 0.3 * 0.0001 * 0.99), History(), 0, True)
+    enough = JobView(spec("b", 2, 1, budget=4 * 0.3 * 0.0001 * 1.01), History(), 0, True)
+    decided = POLICIES["static"].decide(CLUSTER, [cheap, enough], 0.0)
+    assert decided == {"a": Counts(2, 1, False), "b": Counts(2, 1, True)}
