@@ -6,7 +6,14 @@ the child takes its role for one epoch, writes one JSON reply into a pipe and le
 
 The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest` or
 `{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
-anything is forked or loaded.
+anything is forked or loaded. A broken model file (it does not import, `build_model()`, `load_data()` or `loss()`
+raises, or its data are not what the contract says) is answered 422, `model file PATH: ...`: it would fail the
+same way on any instance, so the controller does not retry it. The traceback of anything the model file raised
+goes to stderr, which is the function's log.
+
+Replies are standard JSON (never NaN or Infinity). A worker whose training loss or parameters stop being finite
+ends its training loop with every other worker at the same step, tears down as usual and replies
+`diverged: true`, with no checkpoint.
 
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
@@ -43,7 +50,28 @@ PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread d
 
 
 class EpochError(Exception):
-    """A payload or model problem that the controller should see as a failure value, not a crash."""
+    """A request that fails the same way on any instance: a broken model file or broken data. Answered 422
+    (`rejected`, never retried), also when raised in the epoch child; the message names the model file."""
+
+
+def log_failure(header: str, error: BaseException | None = None) -> None:
+    """Write `header` and the traceback of `error` (the one being handled) to stderr, the function's log, now.
+
+    Straight to file descriptor 2: a forked epoch child must not leave it in a buffer it never flushes, nor
+    flush a copy of its parent's."""
+    text = header.rstrip("\n") + "\n"
+    if error is not None:
+        text += "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    data = text.encode(errors="replace")
+    while data:
+        try:
+            data = data[os.write(2, data):]
+        except OSError:  # no stderr: nothing more to do
+            return
 
 
 @dataclass
@@ -64,7 +92,10 @@ def init_host(context) -> None:
 
 
 def load_model(host: HostState, model_path: str):
-    """Import a model file and call its `load_data()` once per host (cached until the file changes)."""
+    """Import a model file and call its `load_data()` once per host (cached until the file changes).
+
+    Every problem is an EpochError naming the model file; what the model file itself raised is logged with its
+    traceback."""
     path = str(Path(model_path).resolve())
     try:
         mtime = os.stat(path).st_mtime
@@ -76,17 +107,37 @@ def load_model(host: HostState, model_path: str):
             return cached[1], cached[2]
         spec = importlib.util.spec_from_file_location(f"coach_model_{abs(hash(path))}", path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        user_code(model_path, "importing it", lambda: spec.loader.exec_module(module))
         for name in ("build_model", "load_data"):
             if not callable(getattr(module, name, None)):
                 raise EpochError(f"model file {model_path}: no function {name}()")
-        data = normalise_data(module.load_data())
+        raw = user_code(model_path, "load_data()", module.load_data)
+        try:
+            data = normalise_data(raw)
+        except EpochError as error:
+            raise EpochError(f"model file {model_path}: {error}") from None
         host.models[path] = (mtime, module, data)
         return module, data
 
 
+def user_code(model_path: str, what: str, call: Callable[[], Any]) -> Any:
+    """`call()`, code of the model file: whatever it raises is logged with its traceback and becomes an EpochError
+    (`model file PATH: load_data() raised ValueError: ...`). A model file that calls sys.exit() is no exception."""
+    try:
+        return call()
+    except (Exception, SystemExit) as error:
+        message = f"model file {model_path}: {what} raised {type(error).__name__}: {error}"
+        log_failure(f"{message.splitlines()[0]}; its traceback:", error)
+        raise EpochError(message) from None
+
+
 def normalise_data(data) -> dict:
-    """Accept `(X, y)`, `(X, y, X_val, y_val)` or a dict with those keys; return float32/label arrays."""
+    """Accept `(X, y)`, `(X, y, X_val, y_val)` or a dict with those keys; return float32 arrays, checked.
+
+    Rejected (EpochError): another shape of result, inputs or labels that are not numeric arrays, empty training
+    data, inputs and labels of different lengths, NaN or infinity anywhere, and validation samples (or labels) of
+    another shape than the training ones. Labels are checked against the model's classes later, in the epoch,
+    where the model's output size is known (`check_labels`)."""
     import numpy as np
 
     if isinstance(data, dict):
@@ -96,15 +147,60 @@ def normalise_data(data) -> dict:
     else:
         raise EpochError("load_data() must return (X, y), (X, y, X_val, y_val) or a dict of them")
     x_train, y_train, x_val, y_val = parts
-    if x_train is None or y_train is None or len(x_train) != len(y_train) or len(x_train) == 0:
+    if x_train is None or y_train is None or _length(x_train) != _length(y_train) or _length(x_train) == 0:
         raise EpochError("load_data(): training inputs and labels must be non-empty and of equal length")
-    out = {"X_train": np.asarray(x_train, dtype="float32"), "y_train": np.asarray(y_train, dtype="float32")}
-    if (x_val is None) != (y_val is None) or (x_val is not None and len(x_val) != len(y_val)):
+    if (x_val is None) != (y_val is None) or (x_val is not None and _length(x_val) != _length(y_val)):
         raise EpochError("load_data(): validation inputs and labels must both be given, of equal length")
-    if x_val is not None and len(x_val) > 0:
-        out["X_val"] = np.asarray(x_val, dtype="float32")
-        out["y_val"] = np.asarray(y_val, dtype="float32")
+    names = ("X_train", "y_train") + (("X_val", "y_val") if x_val is not None and _length(x_val) > 0 else ())
+    out = {}
+    for name, value in zip(names, (x_train, y_train, x_val, y_val)):
+        try:
+            array = np.asarray(value, dtype="float32")
+        except (TypeError, ValueError) as error:
+            raise EpochError(f"load_data(): {name} is not a numeric array ({error})") from None
+        if array.ndim == 0:
+            raise EpochError(f"load_data(): {name} is a single number, not one value per sample")
+        if array.ndim == 2 and array.shape[1] == 1 and name.startswith("y"):
+            array = array.reshape(-1)  # one label per row, as a column
+        finite = np.isfinite(array)
+        if not finite.all():
+            where = np.unravel_index(int(np.argmin(finite)), array.shape)
+            raise EpochError(f"load_data(): {name} holds NaN or infinity (first at sample {where[0]}: "
+                             f"{array[where]})")
+        out[name] = array
+    for inputs, labels in (("X_val", "X_train"), ("y_val", "y_train")):
+        if inputs in out and out[inputs].shape[1:] != out[labels].shape[1:]:
+            raise EpochError(f"load_data(): {inputs} samples have shape {out[inputs].shape[1:]}, {labels} samples "
+                             f"{out[labels].shape[1:]}")
     return out
+
+
+def _length(value) -> int | None:
+    try:
+        return len(value)
+    except TypeError:  # a number, or something else without a length
+        return None
+
+
+def check_labels(data: dict, classes: int | None, model_path: str) -> None:
+    """Labels must be class indices 0..classes-1 of the model's output (`classes` from the shape pass; None when
+    the model's loss is not a softmax over sparse labels, and then labels are the loss's business)."""
+    import numpy as np
+
+    if classes is None:
+        return
+    for name in ("y_train", "y_val"):
+        labels = data.get(name)
+        if labels is None:
+            continue
+        if labels.ndim != 1:
+            raise EpochError(f"model file {model_path}: {name} must hold one class index per sample, it has shape "
+                             f"{labels.shape}")
+        bad = (labels < 0) | (labels >= classes) | (labels != np.floor(labels))
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise EpochError(f"model file {model_path}: {name}[{first}] is {labels[first]:g}, not a class index of "
+                             f"the model's {classes} outputs (0..{classes - 1}); {int(bad.sum())} such labels")
 
 
 def ps_environment(request: EpochRequest) -> dict[str, str]:
@@ -161,12 +257,25 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
             reply = work(request)
         except BaseException as error:  # everything must become a JSON reply, never a hang
             status = 1
-            reply = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=5)}
+            what = f"{request.role} of job {request.job}, step {request.step}, attempt {request.attempt}"
+            if isinstance(error, EpochError):  # rejected: the request cannot run on any instance
+                reply = {"error": str(error), "rejected": True}
+                log_failure(f"{what}: rejected: {error}", error if error.__cause__ else None)
+            else:
+                reply = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=5)}
+                log_failure(f"{what} failed:", error)
         reply["wall_s"] = time.monotonic() - started
+        try:
+            text = json.dumps(reply, allow_nan=False)  # standard JSON: never NaN or Infinity
+        except (TypeError, ValueError) as error:
+            status, text = 1, json.dumps({"error": f"reply is not standard JSON: {error}"})
         with os.fdopen(write_fd, "w") as pipe:
-            pipe.write(json.dumps(reply))
-        sys.stdout.flush()
-        sys.stderr.flush()
+            pipe.write(text)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         os._exit(status)
     os.close(write_fd)
     with host.lock:
@@ -189,7 +298,7 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
         reply = {}
     if exit_code != 0 or not reply or "error" in reply:
         reply.setdefault("error", f"epoch child exited with code {exit_code}")
-        return 500, reply
+        return (422 if reply.pop("rejected", False) is True else 500), reply
     return 200, reply
 
 
@@ -245,16 +354,14 @@ def handle_event(context, event, role: str) -> Any:
         if role == "worker":
             try:
                 load_model(host, request.model_path)
-            except Exception as error:  # EpochError or the user's own load_data() failing
-                return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
+            except EpochError as error:  # the model file, its load_data() or its data: logged, rejected
+                return _respond(context, 422, {"error": str(error), "role": role})
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":
         try:
             module, data = load_model(host, request.model_path)
         except EpochError as error:
             return _respond(context, 422, {"error": str(error), "role": role})
-        except Exception as error:  # the user's model file raised while loading
-            return _respond(context, 422, {"error": f"model file: {type(error).__name__}: {error}", "role": role})
         status, reply = run_in_child(host, request, lambda r: run_worker_epoch(r, module, data))
     else:
         status, reply = run_in_child(host, request, run_ps_node)
@@ -275,7 +382,12 @@ def _parse(body: Any, action: Any, role: str) -> EpochRequest | WarmRequest:
 
 
 def _respond(context, status: int, reply: dict):
-    return context.Response(body=json.dumps(reply), content_type="application/json", status_code=status)
+    """The reply as standard JSON; one with NaN or Infinity in it is a bug here, answered 500 saying so."""
+    try:
+        body = json.dumps(reply, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        status, body = 500, json.dumps({"error": f"reply is not standard JSON: {error}", "role": reply.get("role")})
+    return context.Response(body=body, content_type="application/json", status_code=status)
 
 
 def run_ps_node(request: EpochRequest) -> dict:
@@ -293,6 +405,13 @@ def run_ps_node(request: EpochRequest) -> dict:
     return PsNodeReply(compute_s=time.monotonic() - started).to_dict()
 
 
+def _shard_size(num_samples: int, request: EpochRequest) -> int:
+    """How many samples each worker trains on (the same for every rank)."""
+    num_workers = request.ps.num_workers
+    keep = max(num_workers, int(math.ceil(num_samples * request.data_fraction)))
+    return min(keep, num_samples) // num_workers
+
+
 def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     """This worker's equal-sized slice of a seeded permutation of the (optionally reduced) training set.
 
@@ -300,51 +419,141 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     are disjoint without the workers talking to each other."""
     import numpy as np
 
-    num_workers = request.ps.num_workers
     x, y = data["X_train"], data["y_train"]
     order = np.random.RandomState(request.hyper.seed).permutation(len(x))
-    keep = max(num_workers, int(math.ceil(len(x) * request.data_fraction)))
-    order = order[: min(keep, len(x))]
-    per_worker = len(order) // num_workers
+    per_worker = _shard_size(len(x), request)
     mine = order[rank * per_worker : (rank + 1) * per_worker]
     return x[mine], y[mine]
 
 
 def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
-    """Child side of a worker: load the checkpoint, train one epoch on its shard, rank 0 saves and validates."""
+    """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard; rank 0
+    validates and saves.
+
+    The model is built and checked before the worker joins ps-lite, so a broken model file is rejected
+    (EpochError) without a rendezvous. A training loss or parameters that stop being finite end the training
+    loop of every worker at the same step (see `_train`); such an epoch replies `diverged` and saves nothing."""
     os.environ.update(ps_environment(request))
-    await_scheduler(request.ps)
     import mxnet as mx
-    import numpy as np
-    from mxnet import autograd, gluon
+    from mxnet import gluon
 
     hyper = request.hyper
-    seed, step, batch_size = hyper.seed, request.step, hyper.batch_size
-    kv = mx.kv.create("dist_sync")
-    rank, num_workers = kv.rank, kv.num_workers
-    if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
-        raise EpochError(f"kvstore has {num_workers} workers, the request {request.ps.num_workers}")
-    x, y = _shard(data, request, rank)
-    if len(x) == 0:
-        raise EpochError("empty data shard: fewer samples than workers")
-
-    mx.random.seed(seed)
-    net = module.build_model()
+    if _shard_size(len(data["X_train"]), request) == 0:
+        raise EpochError(f"model file {request.model_path}: {len(data['X_train'])} training samples, fewer than the "
+                         f"{request.ps.num_workers} workers")
+    mx.random.seed(hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
+    net = user_code(request.model_path, "build_model()", module.build_model)
+    if not isinstance(net, gluon.Block):
+        raise EpochError(f"model file {request.model_path}: build_model() returned {type(net).__name__}, not a "
+                         f"Gluon block")
     if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
         net.load_parameters(request.checkpoint_load + ".params")
     else:
         net.initialize(mx.init.Xavier())
-        net(mx.nd.array(x[:1]))  # materialise deferred shapes before the kvstore broadcasts them
-        _plain_layout(net)
-    loss_fn = module.loss() if callable(getattr(module, "loss", None)) else gluon.loss.SoftmaxCrossEntropyLoss()
+    if callable(getattr(module, "loss", None)):
+        loss_fn = user_code(request.model_path, "loss()", module.loss)
+    else:
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
+    classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
+    _plain_layout(net)
+    check_labels(data, classes, request.model_path)
+
+    await_scheduler(request.ps)
+    kv = mx.kv.create("dist_sync")
+    rank, num_workers = kv.rank, kv.num_workers
+    if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
+        raise RuntimeError(f"kvstore has {num_workers} workers, the request {request.ps.num_workers}")
+    x, y = _shard(data, request, rank)
     opt_params = {**hyper.optimizer_params, "learning_rate": hyper.learning_rate}
     trainer = gluon.Trainer(net.collect_params(), hyper.optimizer, opt_params, kvstore=kv, update_on_kvstore=False)
     if request.checkpoint_load:
         trainer.load_states(request.checkpoint_load + ".states")
+    _await_broadcast(trainer, net.collect_params().values())
 
     started = time.monotonic()
-    order = np.random.RandomState(seed * 100003 + step * 101 + rank).permutation(len(x))
-    loss_sum, correct, samples = 0.0, 0, 0
+    order_seed = hyper.seed * 100003 + request.step * 101 + rank
+    loss_sum, correct, samples, diverged = _train(net, trainer, loss_fn, x, y, order_seed, hyper.batch_size,
+                                                  num_workers)
+    compute_s = time.monotonic() - started
+    diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
+
+    validation, saved = {}, None
+    if rank == 0 and not diverged:
+        if "X_val" in data:
+            validation = _validate(net, loss_fn, data["X_val"], data["y_val"], hyper.batch_size)
+            diverged = not math.isfinite(validation["val_loss"])
+        if diverged:  # a validation loss that is not finite: no checkpoint, and no NaN in the reply
+            validation = {}
+        else:
+            _save_checkpoint(net, trainer, request.checkpoint_save)
+            saved = request.checkpoint_save
+    reply = WorkerReply(rank=rank, num_workers=num_workers, samples=samples, correct=correct, compute_s=compute_s,
+                        loss_sum=loss_sum if math.isfinite(loss_sum) else None, checkpoint_saved=saved,
+                        diverged=diverged, **validation)
+    # the kvstore's destructor tells the servers to stop: drop every reference before leaving (a Parameter holds
+    # its Trainer, which holds the kvstore)
+    del trainer, net, kv, loss_fn
+    gc.collect()
+    return reply.to_dict()
+
+
+def _classes(out, loss_fn) -> int | None:
+    """The number of classes the labels index: the output size along the softmax axis of a loss on sparse labels
+    (the default loss); None for any other loss, whose labels are not class indices as far as Coach knows."""
+    from mxnet import gluon
+
+    if not isinstance(loss_fn, gluon.loss.SoftmaxCrossEntropyLoss) or not loss_fn._sparse_label or out.ndim < 2:
+        return None
+    return int(out.shape[loss_fn._axis])
+
+
+def _await_broadcast(trainer, params) -> None:
+    """Set up the kvstore, broadcast rank 0's parameters and wait until every worker holds them.
+
+    Why: Gluon's Trainer does this broadcast lazily, inside the first `step()` (or in `load_states()`): per key a
+    kvstore.init by rank 0, then an asynchronous pull of the parameters, on the same keys that the step then
+    push-pulls the gradients on (update_on_kvstore=False). The pull writes the parameter arrays and the push-pull
+    the gradient arrays, so MXNet's engine does not order the two. Measured with LeNet, 2 workers, 1 server,
+    seed 0, an epoch that starts without a checkpoint (benchmarks/reproducibility.py --variant diagnose): in 13
+    of 74 runs a worker's parameters were wrong after step 1, on the last key broadcast (once another); it had
+    started that step from the *summed gradients* G instead of rank 0's parameters (its parameters after step 1
+    were exactly G * (1 - lr / global batch) where logged), i.e. its pull was answered after both workers'
+    gradients of that key had reached the server. The epoch's loss was 2.14 or 2.39 instead of 1.5704 (2.38 when
+    both workers were hit). From a checkpoint the broadcast happens in
+    load_states(), long before the first push, and the race is rare. Waiting here, once per epoch and before the
+    first push, removes it: no step needs any synchronisation (a `waitall()` after every step, which is not
+    between these two, left 9 runs of 30 wrong).
+    """
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    for param in params:
+        for array in param.list_data():
+            array.wait_to_read()
+
+
+def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int):
+    """One pass over this worker's shard: (loss_sum, correct, samples, diverged).
+
+    Divergence stops every worker at the same step, or the others would wait forever for its gradients:
+    - a worker whose batch loss is not finite adds `loss_sum * 0` (NaN) to one gradient (the `probe`
+      parameter's, the same on every worker), so the summed gradient, and the probe parameter after the
+      update, are NaN on every worker;
+    - before pushing its next gradients, every worker reads the probe parameter's sum (queued after the
+      previous update, which the next forward pass needed anyway) and stops if it is not finite;
+    - after the last step the same check decides.
+    The parameters are the same on every worker after every step, so they all decide alike."""
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd
+
+    trained = [p for p in trainer._params if p.grad_req != "null"]
+    probe = min(trained, key=lambda p: int(np.prod(p.shape)))  # the smallest: the cheapest to poison and read
+    probe_grad, probe_data = probe.list_grad()[0], probe.list_data()[0]
+    order = np.random.RandomState(order_seed).permutation(len(x))
+    loss_sum, correct, samples, check = 0.0, 0, 0, None
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         xb, yb = mx.nd.array(x[idx]), mx.nd.array(y[idx])
@@ -352,25 +561,28 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
             out = net(xb)
             loss = loss_fn(out, yb)
         loss.backward()
+        batch_loss = loss.sum()
+        if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
+            return loss_sum, correct, samples, True
+        probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
         # dist_sync sums the workers' gradients: rescale by the global batch, not the local one
         trainer.step(len(idx) * num_workers)
-        loss_sum += float(loss.sum().asscalar())
+        check = probe_data.sum()
+        loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)
-    compute_s = time.monotonic() - started
+    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar())
 
-    validation, saved = {}, None
-    if rank == 0:
-        if "X_val" in data:
-            validation = _validate(net, loss_fn, data["X_val"], data["y_val"], batch_size)
-        _save_checkpoint(net, trainer, request.checkpoint_save)
-        saved = request.checkpoint_save
-    reply = WorkerReply(rank=rank, num_workers=num_workers, loss_sum=loss_sum, samples=samples, correct=correct,
-                        compute_s=compute_s, checkpoint_saved=saved, **validation)
-    # the kvstore's destructor tells the servers to stop: drop every reference before leaving
-    del trainer, net, kv, loss_fn, out, loss, xb, yb
-    gc.collect()
-    return reply.to_dict()
+
+def _finite_parameters(net) -> bool:
+    """Whether every parameter (running statistics included) is finite, after the epoch."""
+    import mxnet as mx
+
+    arrays = [array for param in net.collect_params().values() for array in param.list_data()]
+    if not arrays:
+        return True
+    total = mx.nd.add_n(*[array.abs().sum() for array in arrays])  # NaN or infinity anywhere makes it so
+    return math.isfinite(float(total.asscalar()))
 
 
 def _plain_layout(net) -> None:

@@ -246,11 +246,15 @@ class WarmRequest:
 
 @dataclass(frozen=True)
 class WorkerReply:
-    """What one worker reports of its epoch."""
+    """What one worker reports of its epoch.
+
+    `diverged`: the training loss or the parameters stopped being finite, so the worker stopped training early
+    (every worker at the same step). Then `loss_sum` may be None (JSON null; JSON has no NaN) and
+    `checkpoint_saved` is None: diverged parameters are never saved. A loss_sum of None is refused otherwise."""
 
     rank: int  # 0 .. num_workers - 1
     num_workers: int
-    loss_sum: float  # sum of per-sample losses
+    loss_sum: float | None  # sum of per-sample losses; None only when diverged
     samples: int  # samples trained on
     correct: int  # correct predictions while training
     compute_s: float  # time in the training loop
@@ -258,9 +262,11 @@ class WorkerReply:
     val_loss: float | None = None  # rank 0 with validation data: mean loss over the validation set
     val_accuracy: float | None = None
     val_samples: int | None = None  # size of the validation set those two were measured on
+    diverged: bool = False  # a non-finite loss or parameters ended training early; nothing was saved
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, **asdict(self), "loss": self.loss_sum / self.samples if self.samples else None,
+        mean_loss = self.loss_sum / self.samples if self.samples and self.loss_sum is not None else None
+        return {"schema": SCHEMA, **asdict(self), "loss": mean_loss,
                 "accuracy": self.correct / self.samples if self.samples else None}
 
     @classmethod
@@ -277,13 +283,19 @@ class WorkerReply:
         compute_s = _number(data, "compute_s", "")
         if compute_s < 0:
             raise ContractError("compute_s", f"must be >= 0, got {compute_s}")
+        diverged = _get(data, "diverged", "", bool, optional=True) is True  # absent in replies of earlier versions
+        if data.get("loss_sum", 0) is None and not diverged:
+            raise ContractError("loss_sum", "null is allowed only with diverged: true")
+        checkpoint_saved = _text(data, "checkpoint_saved", "", optional=True)
+        if diverged and checkpoint_saved is not None:
+            raise ContractError("checkpoint_saved", "must be null with diverged: true (diverged parameters are "
+                                                    "never saved)")
         return cls(
-            rank=rank, num_workers=num_workers, loss_sum=_number(data, "loss_sum", ""), samples=samples,
-            correct=correct, compute_s=compute_s,
-            checkpoint_saved=_text(data, "checkpoint_saved", "", optional=True),
+            rank=rank, num_workers=num_workers, loss_sum=_number(data, "loss_sum", "", optional=diverged),
+            samples=samples, correct=correct, compute_s=compute_s, checkpoint_saved=checkpoint_saved,
             val_loss=_number(data, "val_loss", "", optional=True),
             val_accuracy=_number(data, "val_accuracy", "", optional=True),
-            val_samples=_int(data, "val_samples", "", minimum=1, optional=True))
+            val_samples=_int(data, "val_samples", "", minimum=1, optional=True), diverged=diverged)
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,18 @@ def test_the_budget_is_never_spent_on_an_epoch_predicted_unaffordable(tmp_path, 
     assert report.exit_code == 0
 
 
-def test_a_tiny_budget_stops_a_dynamic_job_during_calibration(tmp_path, make_job, marker):
-    job = make_job(f"{marker}-tiny", workers=None, servers=None, budget=1e-7)
+def test_a_budget_below_the_cost_floor_stops_a_dynamic_job_before_it_spends(tmp_path, make_job, marker):
+    job = make_job(f"{marker}-tiny", workers=None, servers=None, budget=1e-7)  # floor: 3 x 0.3 s x 0.0001
+    report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
+
+    records = read_log(report.run_dir / f"{job.name}.jsonl")
+    assert [r["phase"] for r in records] == ["stopped"]
+    assert (records[-1]["stop_reason"], records[-1]["cumulative_cost"]) == ("budget", 0.0)
+    assert report.exit_code == 0
+
+
+def test_a_small_budget_stops_a_dynamic_job_during_calibration(tmp_path, make_job, marker):
+    job = make_job(f"{marker}-small", workers=None, servers=None, budget=1e-4)  # above the floor, below a step
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
 
     records = read_log(report.run_dir / f"{job.name}.jsonl")

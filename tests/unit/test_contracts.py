@@ -62,9 +62,13 @@ def through_json(data: dict) -> dict:
                 checkpoint_saved="results/ckpt/j-3", val_loss=0.19, val_accuracy=0.94, val_samples=1400),
     WorkerReply(rank=1, num_workers=2, loss_sum=120.0, samples=1000, correct=880, compute_s=0.55,
                 checkpoint_saved=None),
+    WorkerReply(rank=0, num_workers=2, loss_sum=None, samples=320, correct=40, compute_s=0.2,
+                checkpoint_saved=None, diverged=True),
+    WorkerReply(rank=1, num_workers=2, loss_sum=812.5, samples=320, correct=41, compute_s=0.2,
+                checkpoint_saved=None, diverged=True),
     PsNodeReply(compute_s=1.25),
 ], ids=["epoch", "calibration-scheduler", "server-int-rate", "ps", "hyper", "hyper-defaults", "warm",
-        "worker-rank0", "worker-rank1", "ps-node"])
+        "worker-rank0", "worker-rank1", "worker-diverged-no-loss", "worker-diverged-with-loss", "ps-node"])
 def test_to_dict_then_from_dict_gives_an_equal_object(contract):
     data = through_json(contract.to_dict())
 
@@ -91,8 +95,29 @@ def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
     assert reply.to_dict() == {
         "schema": SCHEMA, "rank": 0, "num_workers": 1, "loss_sum": 50.0, "samples": 200, "correct": 150,
         "compute_s": 1.0, "checkpoint_saved": "c", "val_loss": 0.3, "val_accuracy": 0.9, "val_samples": 100,
-        "loss": 0.25, "accuracy": 0.75,
+        "diverged": False, "loss": 0.25, "accuracy": 0.75,
     }
+
+
+def test_a_diverged_worker_reply_is_standard_json_with_a_null_loss():
+    reply = WorkerReply(rank=1, num_workers=2, loss_sum=None, samples=64, correct=5, compute_s=0.1,
+                        checkpoint_saved=None, diverged=True)
+
+    text = json.dumps(reply.to_dict(), allow_nan=False)
+
+    assert json.loads(text) == {
+        "schema": SCHEMA, "rank": 1, "num_workers": 2, "loss_sum": None, "samples": 64, "correct": 5,
+        "compute_s": 0.1, "checkpoint_saved": None, "val_loss": None, "val_accuracy": None, "val_samples": None,
+        "diverged": True, "loss": None, "accuracy": 5 / 64,
+    }
+
+
+def test_a_reply_without_diverged_from_an_earlier_runtime_is_not_diverged():
+    data = WorkerReply(rank=0, num_workers=1, loss_sum=1.0, samples=4, correct=2, compute_s=0.1,
+                       checkpoint_saved="c").to_dict()
+    del data["diverged"]
+
+    assert WorkerReply.from_dict(data).diverged is False
 
 
 def test_a_reply_keeps_its_meaning_with_the_keys_the_runtime_adds():
@@ -257,6 +282,10 @@ WORKER_VALID = WorkerReply(rank=1, num_workers=2, loss_sum=3.0, samples=10, corr
     ("correct", 11, "correct: must be <= samples (10), got 11"),
     ("samples", True, "samples: expected an integer, got bool"),
     ("loss_sum", math.nan, "loss_sum: must be finite, got nan"),
+    ("loss_sum", None, "loss_sum: null is allowed only with diverged: true"),
+    ("loss_sum", DELETE, "loss_sum: required"),
+    ("diverged", "yes", "diverged: expected a boolean, got str"),
+    ("diverged", 1, "diverged: expected a boolean, got int"),
     ("compute_s", -0.1, "compute_s: must be >= 0, got -0.1"),
     ("val_samples", 0, "val_samples: must be >= 1, got 0"),
     ("schema", 2, "schema: version 2 is not supported (this side speaks 1)"),
@@ -266,6 +295,27 @@ def test_a_malformed_worker_reply_names_the_field(path, value, message):
         WorkerReply.from_dict(changed(WORKER_VALID, path, value))
 
     assert str(caught.value) == message
+
+
+DIVERGED_VALID = {**WORKER_VALID, "diverged": True, "loss_sum": None}
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("checkpoint_saved", "ckpt/j-3", "checkpoint_saved: must be null with diverged: true (diverged parameters are "
+                                     "never saved)"),
+    ("loss_sum", math.inf, "loss_sum: must be finite, got inf"),
+    ("val_loss", math.nan, "val_loss: must be finite, got nan"),
+])
+def test_a_diverged_reply_still_has_no_nan_and_no_checkpoint(path, value, message):
+    with pytest.raises(ContractError) as caught:
+        WorkerReply.from_dict(changed(DIVERGED_VALID, path, value))
+
+    assert str(caught.value) == message
+
+
+def test_a_diverged_reply_may_carry_its_loss_or_none():
+    assert WorkerReply.from_dict(DIVERGED_VALID).loss_sum is None
+    assert WorkerReply.from_dict({**DIVERGED_VALID, "loss_sum": 2.5}).loss_sum == 2.5
 
 
 # --------------------------------------------------------------------------- handle_event, in this process
@@ -346,14 +396,43 @@ def test_run_in_child_gives_up_at_the_requests_deadline():
     assert host.children == set()  # killed and reaped
 
 
-def test_run_in_child_turns_an_exception_into_a_500_with_the_error():
+def test_run_in_child_turns_an_exception_into_a_500_with_the_error_and_logs_its_traceback(capfd):
     def work(request):
-        raise runtime.EpochError(f"empty data shard for {request.job}")
+        raise RuntimeError(f"the model exploded in {request.job}")
 
     status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, work)
 
     assert status == 500
-    assert reply["error"] == "EpochError: empty data shard for lenet-mnist"
+    assert reply["error"] == "RuntimeError: the model exploded in lenet-mnist"
+    err = capfd.readouterr().err  # the child's stderr is the host's: the function's log
+    assert "worker of job lenet-mnist, step 8, attempt 2 failed:" in err
+    assert "Traceback (most recent call last):" in err and 'raise RuntimeError(f"the model exploded in' in err
+
+
+def test_run_in_child_answers_an_epoch_error_422_rejected():
+    def work(request):
+        raise runtime.EpochError(f"model file {request.model_path}: build_model() raised ValueError: no")
+
+    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, work)
+
+    assert status == 422
+    assert reply["error"] == "model file jobs/models/lenet.py: build_model() raised ValueError: no"
+    assert "rejected" not in reply and "trace" not in reply
+
+
+def test_run_in_child_never_sends_nan():
+    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, lambda r: {"loss_sum": math.nan})
+
+    assert status == 500
+    assert reply["error"] == "reply is not standard JSON: Out of range float values are not JSON compliant"
+
+
+def test_a_reply_with_nan_is_answered_500_not_sent_as_nan():
+    response = runtime._respond(make_context("t"), 200, {"val_loss": math.inf, "role": "worker"})
+
+    assert response.status_code == 500
+    assert json.loads(response.body) == {
+        "error": "reply is not standard JSON: Out of range float values are not JSON compliant", "role": "worker"}
 
 
 # --------------------------------------------------------------------------- over real HTTP

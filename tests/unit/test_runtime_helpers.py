@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coach.domain.contracts import ContractError, EpochRequest, Hyper, PsAddress
-from functions.runtime import EpochError, _shard, normalise_data, ps_environment
+from functions.runtime import EpochError, _shard, _shard_size, normalise_data, ps_environment
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -99,6 +99,13 @@ def test_fewer_samples_than_workers_gives_empty_shards():
     parts = shards(indexed_data(3), 4)
 
     assert parts == [[], [], [], []]
+
+
+@pytest.mark.parametrize("n, workers, fraction", [(10, 3, 1.0), (100, 2, 0.25), (100, 4, 0.001), (3, 4, 1.0)])
+def test_the_shard_size_a_worker_checks_before_joining_is_the_size_of_every_shard(n, workers, fraction):
+    request = epoch_request(num_workers=workers, fraction=fraction)
+
+    assert [len(part) for part in shards(indexed_data(n), workers, fraction)] == [_shard_size(n, request)] * workers
 
 
 # --------------------------------------------------------------------------- normalise_data
