@@ -22,6 +22,11 @@ _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "mod
                  "deadline_s")  # EpochRequest's JSON keys, in the order from_dict checks them
 
 
+def _flat(value) -> dict:
+    """A flat dataclass as a dict: `asdict` deep-copies every field, which simulations pay per reply."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
+
+
 class ContractError(ValueError):
     """A request or reply that does not match the contract; the message names the field."""
 
@@ -118,7 +123,7 @@ class PsAddress:
     node_host: str  # the address this function's own node is reached at
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return _flat(self)
 
     @classmethod
     def from_dict(cls, data: Mapping, where: str = "ps.") -> "PsAddress":
@@ -266,7 +271,7 @@ class WorkerReply:
 
     def to_dict(self) -> dict:
         mean_loss = self.loss_sum / self.samples if self.samples and self.loss_sum is not None else None
-        return {"schema": SCHEMA, **asdict(self), "loss": mean_loss,
+        return {"schema": SCHEMA, **_flat(self), "loss": mean_loss,
                 "accuracy": self.correct / self.samples if self.samples else None}
 
     @classmethod
