@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -193,28 +192,12 @@ def host_main(argv) -> int:
 
 
 def make_platform_class():
-    import coach.platforms.local as local_module
     from coach.domain.invocation import Reply
     from coach.platforms.local import LocalPlatform
 
-    class PopenShim:
-        """`subprocess` as coach.platforms.local sees it: host command lines start this file instead.
+    from host_redirect import redirect_hosts
 
-        Only the module path is swapped (`-m coach.platforms.host ARGS` -> `THIS_FILE --host ARGS`), so whatever
-        arguments and environment LocalPlatform passes today reach the real host unchanged.
-        """
-
-        def __getattr__(self, name):
-            return getattr(subprocess, name)
-
-        @staticmethod
-        def Popen(cmd, *args, **kwargs):  # noqa: N802  (mirrors subprocess.Popen)
-            cmd = list(cmd)
-            if cmd[1:3] == ["-m", "coach.platforms.host"]:
-                cmd = [cmd[0], str(Path(__file__).resolve()), "--host", *cmd[3:]]
-            return subprocess.Popen(cmd, *args, **kwargs)
-
-    local_module.subprocess = PopenShim()  # this process only runs the profiled job
+    redirect_hosts(Path(__file__))  # this process only runs the profiled job
 
     class ProfilingPlatform(LocalPlatform):
         """LocalPlatform whose hosts run through this file (wrapped runtime); records every reply."""

@@ -147,20 +147,9 @@ def host_main(argv) -> int:
 
 def redirect_hosts() -> None:
     """Start function hosts through this file (`-m coach.platforms.host ARGS` -> `THIS_FILE --host ARGS`)."""
-    import coach.platforms.local as local_module
+    from host_redirect import redirect_hosts as redirect
 
-    class PopenShim:
-        def __getattr__(self, name):
-            return getattr(subprocess, name)
-
-        @staticmethod
-        def Popen(cmd, *args, **kwargs):  # noqa: N802  (mirrors subprocess.Popen)
-            cmd = list(cmd)
-            if cmd[1:3] == ["-m", "coach.platforms.host"]:
-                cmd = [cmd[0], str(Path(__file__).resolve()), "--host", *cmd[3:]]
-            return subprocess.Popen(cmd, *args, **kwargs)
-
-    local_module.subprocess = PopenShim()
+    redirect(Path(__file__))
 
 
 def job_yaml(name: str, args: argparse.Namespace) -> str:
