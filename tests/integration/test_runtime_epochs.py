@@ -1,0 +1,197 @@
+"""Real epochs on real function hosts (functions.*.main on the embedded platform, real ps-lite on loopback).
+
+A worker whose loss stops being finite replies 200 `diverged: true` without a checkpoint, every worker stops at
+the same step and the servers finish; `build_model()` raising (its traceback goes to the worker's log) and labels
+outside the model's classes are answered 422. These take a few seconds: four hosts import MXNet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WorkerReply
+from coach.domain.identity import FunctionId, Role, functions_for
+from coach.domain.invocation import REJECTED, Failure, Reply
+from coach.platforms.local import LocalPlatform
+
+
+def model_file(folder: Path, body: str, name: str = "model.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# --------------------------------------------------------------------------- real epochs on real function hosts
+
+
+TINY = """
+    import numpy as np
+    from mxnet import gluon
+
+    def build_model():
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
+        return net
+
+    def load_data():
+        rng = np.random.RandomState(0)
+        x = rng.rand(256, 8).astype("float32")
+        y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
+        return x[:192], y[:192], x[192:], y[192:]
+"""
+
+
+class Epochs:
+    """One job's four function hosts (scheduler, server, 2 workers) on the embedded platform; runs epochs."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.job = f"rt{uuid.uuid4().hex[:6]}"
+        self.platform = LocalPlatform(folder / "logs", token=uuid.uuid4().hex)
+        self.refs = []
+        for fid in functions_for(self.job, workers=2, servers=1):
+            ref = self.platform.deploy(fid, "node-1")
+            assert not isinstance(ref, Failure), ref
+            self.refs.append(ref)
+        self.step = 0
+
+    def log(self, role: Role, index: int = 0) -> str:
+        return (self.folder / "logs" / f"{FunctionId(self.job, role, index).name}.log").read_text(errors="replace")
+
+    def run(self, model: Path, learning_rate: float = 0.1, checkpoint_load: str | None = None,
+            deadline_s: float = 60.0) -> dict[str, Reply | Failure]:
+        """One epoch of every function at once, as the controller invokes it; the failures cancel the rest."""
+        self.step += 1
+        host, port = self.platform.rendezvous_address(self.refs[0])
+        results: dict[str, Reply | Failure] = {}
+
+        def invoke(ref):
+            request = EpochRequest(
+                job=self.job, epoch=self.step, step=self.step, attempt=1, role=ref.role,
+                ps=PsAddress(host, port, num_servers=1, num_workers=2, node_host=ref.host), model_path=str(model),
+                data_fraction=1.0, hyper=Hyper(batch_size=32, optimizer="sgd", learning_rate=learning_rate,
+                                               optimizer_params={"momentum": 0.9}),
+                checkpoint_load=checkpoint_load, checkpoint_save=str(self.folder / "ckpt" / f"{self.step}"),
+                deadline_s=deadline_s)
+            results[ref.name] = result = self.platform.invoke(ref, request, deadline_s + 10)
+            if isinstance(result, Failure):
+                for other in self.refs:
+                    self.platform.cancel(other)
+
+        threads = [threading.Thread(target=invoke, args=(ref,)) for ref in self.refs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
+
+    def workers(self, results) -> list:
+        return [results[ref.name] for ref in self.refs if ref.role == "worker"]
+
+    def close(self):
+        self.platform.close()
+
+
+@pytest.fixture(scope="module")
+def epochs(tmp_path_factory):
+    runner = Epochs(tmp_path_factory.mktemp("epochs"))
+    yield runner
+    runner.close()
+
+
+def test_a_normal_epoch_trains_and_saves(epochs, tmp_path):
+    results = epochs.run(model_file(tmp_path, TINY))
+
+    assert all(isinstance(r, Reply) for r in results.values()), results
+    replies = [WorkerReply.from_dict(r.body) for r in epochs.workers(results)]
+    assert [r.diverged for r in replies] == [False, False]
+    assert all(math.isfinite(r.loss_sum) and r.samples == 96 for r in replies)
+    saved = [r.checkpoint_saved for r in replies if r.rank == 0]
+    assert saved and Path(saved[0] + ".params").exists()
+
+
+def test_a_loss_that_stops_being_finite_stops_every_worker_which_replies_diverged_without_a_checkpoint(epochs,
+                                                                                                       tmp_path):
+    results = epochs.run(model_file(tmp_path, TINY), learning_rate=1e30)
+
+    # every function answered 200: the workers left their training loop together and released the kvstore
+    assert all(isinstance(r, Reply) for r in results.values()), results
+    for reply in epochs.workers(results):
+        body = reply.body
+        assert body["diverged"] is True and body["checkpoint_saved"] is None
+        assert "val_loss" not in body or body["val_loss"] is None
+        assert body["samples"] < 96  # stopped early
+        json.dumps(body, allow_nan=False)  # standard JSON: no NaN on the wire
+        assert WorkerReply.from_dict(body).diverged
+    assert not (tmp_path / "ckpt").exists() and not list((epochs.folder / "ckpt").glob(f"{epochs.step}.*"))
+
+
+FLAGGED_LOSS = """
+
+    class Flagged(gluon.loss.Loss):
+        \"\"\"Softmax cross-entropy; a label of 10 + c means class c with a loss of infinity (its gradient is finite).\"\"\"
+
+        def __init__(self):
+            super().__init__(weight=None, batch_axis=0)
+            self.ce = gluon.loss.SoftmaxCrossEntropyLoss()
+
+        def hybrid_forward(self, F, pred, label):
+            flag = label >= 10
+            return self.ce(pred, label - flag * 10) - F.log(1 - flag)
+
+    def loss():
+        return Flagged()
+"""
+
+
+def test_one_workers_infinite_loss_stops_both_workers_at_the_same_step(epochs, tmp_path):
+    """Only the worker whose shard holds the flagged sample sees a loss that is not finite, and its gradients
+    stay finite: the other worker learns of it through the gradient it poisons, and both stop together."""
+    path = model_file(tmp_path, TINY.replace("return x[:192]", "y[5] += 10\n        return x[:192]") + FLAGGED_LOSS)
+
+    results = epochs.run(path, learning_rate=0.01)
+
+    assert all(isinstance(r, Reply) for r in results.values()), results  # nobody waited for the other's push
+    bodies = sorted((r.body for r in epochs.workers(results)), key=lambda b: b["rank"])
+    assert [b["diverged"] for b in bodies] == [True, True]
+    assert bodies[0]["samples"] == bodies[1]["samples"] < 96  # the same step, before the end of the shard
+    assert sorted(b["loss_sum"] is None for b in bodies) == [False, True]  # the flagged worker's sum is -inf
+    assert [b["checkpoint_saved"] for b in bodies] == [None, None]
+
+
+def test_build_model_raising_is_rejected_with_its_traceback_in_the_workers_log(epochs, tmp_path):
+    path = model_file(tmp_path, TINY.replace("net = gluon.nn.HybridSequential()",
+                                             "raise ValueError('no such layer: Dense3D')"))
+
+    results = epochs.run(path)
+
+    for result in epochs.workers(results):
+        assert isinstance(result, Failure) and result.kind == REJECTED, result
+        assert result.message == f"model file {path}: build_model() raised ValueError: no such layer: Dense3D"
+    log = epochs.log(Role.WORKER, 0)
+    assert "build_model() raised ValueError: no such layer: Dense3D" in log
+    assert "Traceback (most recent call last):" in log and "raise ValueError('no such layer: Dense3D')" in log
+
+
+def test_a_label_outside_the_models_classes_is_rejected_naming_the_model_file(epochs, tmp_path):
+    path = model_file(tmp_path, TINY.replace("return x[:192]", "y[7] = 10\n        return x[:192]"))
+
+    results = epochs.run(path)
+
+    for result in epochs.workers(results):
+        assert isinstance(result, Failure) and result.kind == REJECTED, result
+        assert result.message == (f"model file {path}: y_train[7] is 10, not a class index of the model's 10 "
+                                  f"outputs (0..9); 1 such labels")
+
+
+def test_the_hosts_still_train_after_those_failures(epochs, tmp_path):
+    results = epochs.run(model_file(tmp_path, TINY))
+
+    assert all(isinstance(r, Reply) for r in results.values()), results
