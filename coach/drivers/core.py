@@ -20,7 +20,7 @@ from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import Awaiting, JobLifecycle
 from coach.policy.run_policy import ClusterView, JobView, Policy
-from coach.ports import CheckpointStore, Placement, Platform, RecordSink, View
+from coach.ports import CheckpointStore, Clock, Placement, Platform, RecordSink, View
 
 FanOut = ThreadFanOut | SequentialFanOut
 
@@ -75,8 +75,10 @@ class Driver:
         ports.placement.register(self.order)
 
     # -- to be provided by a subclass -------------------------------------------------------------------------
+    clock: Clock  # the subclass's: wall or virtual
+
     def now_s(self) -> float:
-        raise NotImplementedError
+        return self.clock.now_s()
 
     def start_work(self, work: Work) -> None:
         """Run blocking work; its event reaches `deliver` when it is done."""

@@ -41,9 +41,6 @@ class LiveDriver(Driver):
         self._inflight = 0
         self._pool = ThreadPoolExecutor(max(4, 3 * len(self.jobs)), thread_name_prefix="coach-work")
 
-    def now_s(self) -> float:
-        return self.clock.now_s()
-
     def start_work(self, work: Work) -> None:
         self._inflight += 1
         future = self._pool.submit(work.run)

@@ -37,9 +37,6 @@ class VirtualDriver(Driver):
         self._cut: set[int] = set()  # heap entries of work a stop cut short
         self.events = 0  # events delivered, for the benchmark
 
-    def now_s(self) -> float:
-        return self.clock.t_s
-
     def start_work(self, work: Work) -> None:
         result = work.run()
         now_s = self.clock.t_s
