@@ -36,7 +36,8 @@ from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_fr
 from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
 from coach.ports import CheckpointStore, Platform
 from coach.storage.checkpoints import tag_step
-from coach.storage.results import (LogFileError, ResultLog, drop_torn_tail, new_run_id, read_log_checked,
+from coach.files.runs import RunInputError, checked_records
+from coach.storage.results import (ResultLog, drop_torn_tail, new_run_id,
                                    write_json_atomic)
 from coach.views.terminal import VIEWS
 
@@ -134,8 +135,8 @@ def resume_run(run_dir: Path, view: str = "plain",
         try:
             if log.exists():
                 drop_torn_tail(log)
-            records = read_log_checked(log) if log.exists() else []
-        except LogFileError as error:
+            records = checked_records(log) if log.exists() else []
+        except RunInputError as error:
             raise ResumeError(str(error)) from None
         history = history_from_records(records)
         before = old_jobs.get(spec.name) if isinstance(old_jobs.get(spec.name), dict) else {}

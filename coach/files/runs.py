@@ -42,8 +42,8 @@ class RunInputError(Exception):
 def read_records(path: Path, *, allow_torn_tail: bool = False) -> list[tuple[int, dict]]:
     """(line number, record) for every non-blank line of a JSON-lines log; RunInputError at the first bad line.
 
-    The messages are those of coach.storage.results.read_log_checked (`FILE: (file): ...`, `FILE: (line N): not
-    JSON: ...`, `FILE: (line N): expected a JSON object`), plus `not UTF-8 text` for a binary line. With
+    The messages: `FILE: (file): ...`, `FILE: (line N): not JSON: ...`, `FILE: (line N): expected a JSON object`,
+    `FILE: (line N): not UTF-8 text (byte K)`. With
     `allow_torn_tail`, a last line without its newline (a killed writer's; resume cuts it) is skipped unread.
     """
     try:

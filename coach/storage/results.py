@@ -92,30 +92,6 @@ def read_log(path: Path) -> list[dict]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-class LogFileError(Exception):
-    """A results log that cannot be read; the message is one `FILE: (line N): what is wrong` line."""
-
-
-def read_log_checked(path: Path) -> list[dict]:
-    """Like read_log, but every problem becomes a one-line LogFileError instead of a traceback."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise LogFileError(f"{path}: (file): {error.strerror or error}") from None
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise LogFileError(f"{path}: (line {number}): not JSON: {error.msg}") from None
-        if not isinstance(record, dict):
-            raise LogFileError(f"{path}: (line {number}): expected a JSON object")
-        records.append(record)
-    return records
-
-
 def drop_torn_tail(path: Path) -> bool:
     """Cut a last line that a killed writer left without its newline, so appending starts on a fresh line.
 
