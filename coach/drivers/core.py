@@ -107,10 +107,22 @@ class Driver:
         lc = self.jobs[job]
         try:
             commands = lc.handle(event)
-        except Exception as error:  # a bug in one job must not take the others down
-            commands = lc.crash(self.now_s(), error)
-        for command in commands:
+            for command in commands:
+                self._execute(job, command)
+        except Exception as error:  # a bug in one job, or a port failing it, must not take the others down
+            self.fail(job, error)
+            return
+        self._noted(job)
+
+    def fail(self, job: str, error: BaseException) -> None:
+        """Stop the job as an internal error (its lifecycle writes why), the run goes on."""
+        for command in self.jobs[job].crash(self.now_s(), error):
             self._execute(job, command)
+        self._noted(job)
+
+    def _noted(self, job: str) -> None:
+        """What the driver keeps of a job after it handled something: the policy's view, waiting, the view."""
+        lc = self.jobs[job]
         self._changed.add(job)
         if lc.awaiting == Awaiting.BINDINGS:
             self._waiting.add(job)

@@ -82,9 +82,7 @@ class LiveDriver(Driver):
         try:
             result = future.result()
         except Exception as error:  # a bug in a port: the job stops with its name, the run goes on
-            lc = self.jobs[work.job]
-            for command in lc.crash(self.now_s(), error):
-                self._execute(work.job, command)
+            self.fail(work.job, error)
             self.settle()
             return
         event = work.to_event(result, self.now_s())
