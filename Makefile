@@ -1,9 +1,10 @@
-# Two entry points: `make demo` and `make test`. Both build .venv from nothing.
+# Two entry points: `make demo` and `make test`. Both build .venv from nothing. `make demo-k8s` runs LeNet on
+# the Kubernetes + Nuclio stack, all of it on loopback (fake kube-apiserver and dashboard, moto S3, coach scheduler).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test venv clean
+.PHONY: demo demo-k8s test venv kubectl clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +19,19 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/coach run jobs/*.yaml
 
-test: venv
+demo-k8s: venv
+	$(BIN)/python -m coach.fakes.stack jobs/lenet-mnist.yaml
+
+test: venv kubectl
 	$(BIN)/python -m pytest
+
+# tests/integration/test_kubectl.py runs kubectl against the fake apiserver: Debian's kubernetes-client (kubectl
+# 1.20) unless a kubectl is already on PATH (its package would clash with another package's /usr/bin/kubectl).
+kubectl:
+	@command -v kubectl >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; \
+	  else echo "error: kubectl is missing and installing it needs root or sudo"; exit 1; fi; \
+	  $$sudo apt-get update && $$sudo apt-get install -y kubernetes-client; }
 
 clean:
 	rm -rf $(VENV) results/*/

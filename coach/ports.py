@@ -4,7 +4,8 @@ Implementations today: Placement = scheduler_fork in-process (coach.placement.fo
 this machine (coach.platforms.local) or simulated speeds (coach.platforms.simulated); CheckpointStore = file://
 (coach.storage.checkpoints); RecordSink = JSON lines (coach.storage.results); View = coach.views.terminal; Clock =
 wall or virtual (coach.drivers). A Kubernetes scheduler and the Nuclio dashboard plug in as Placement and
-Platform; an s3:// store as CheckpointStore. Nothing here does anything: these are only shapes.
+Platform; an s3:// store as CheckpointStore; on Kubernetes, Workloads (the Nuclio dashboard) make the pods that
+the kube Placement waits for. Nothing here does anything: these are only shapes.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class Placement(Protocol):
         """Changes whenever poll or explain may answer differently (on Kubernetes: the resourceVersion seen)."""
         ...
 
+    def close(self) -> None:
+        """The run is over: stop watching, delete what this placement created (on Kubernetes: the PodGroups)."""
+        ...
+
 
 class Platform(Protocol):
     """Where functions run: deployed for a pod once it is bound, invoked once per epoch, removed after."""
@@ -83,19 +88,40 @@ class Platform(Protocol):
         ...
 
 
+class Workloads(Protocol):
+    """What makes a function's pod on Kubernetes (the Nuclio dashboard's Deployments); used by the kube Placement,
+    which then waits for Coach's scheduler to bind the pod."""
+
+    def create(self, fid: FunctionId) -> Failure | None:
+        """Ask for the function's workload; its pod appears later. A failure value when it was refused."""
+        ...
+
+    def delete(self, fid: FunctionId) -> Failure | None:
+        """Delete the function's workload and its pod; one that is gone already is no failure."""
+        ...
+
+
 class CheckpointStore(Protocol):
-    """URL-addressed checkpoint prefixes: `file://` now, `s3://` next."""
+    """URL-addressed checkpoint prefixes: `file://` (coach.storage.checkpoints), `s3://` (coach.storage.s3)."""
+
+    def check(self) -> str | None:
+        """None when the store can be used; else one line saying why not (asked once, before a run starts)."""
+        ...
 
     def prefix(self, job: str, tag: str) -> str:
         """Where step `tag` of `job` saves its checkpoint."""
+        ...
+
+    def locate(self, job: str, prefix: str) -> str:
+        """A prefix that a log recorded, as this store has it now (a file store finds a moved run folder's)."""
         ...
 
     def complete(self, prefix: str | None) -> bool:
         """True when every object of the checkpoint is in place (never a half-written one)."""
         ...
 
-    def prune(self, job: str, keep: str) -> None:
-        """Delete the job's checkpoints other than `keep`."""
+    def prune(self, job: str, keep: str) -> int:
+        """Delete the job's checkpoints other than `keep`; returns how many files or objects went."""
         ...
 
     def newest_complete(self, job: str) -> str | None:

@@ -45,6 +45,7 @@ from coach.domain.contracts import (
     WarmRequest,
     WorkerReply,
 )
+from functions import checkpoints
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -447,7 +448,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
         raise EpochError(f"model file {request.model_path}: build_model() returned {type(net).__name__}, not a "
                          f"Gluon block")
     if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
-        net.load_parameters(request.checkpoint_load + ".params")
+        checkpoints.load_parameters(net, request.checkpoint_load)
     else:
         net.initialize(mx.init.Xavier())
     if callable(getattr(module, "loss", None)):
@@ -468,7 +469,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     opt_params = {**hyper.optimizer_params, "learning_rate": hyper.learning_rate}
     trainer = gluon.Trainer(net.collect_params(), hyper.optimizer, opt_params, kvstore=kv, update_on_kvstore=False)
     if request.checkpoint_load:
-        trainer.load_states(request.checkpoint_load + ".states")
+        checkpoints.load_states(trainer, request.checkpoint_load)
     _await_broadcast(trainer, net.collect_params().values())
 
     started = time.monotonic()
@@ -615,9 +616,5 @@ def _validate(net, loss_fn, x_val, y_val, batch_size: int) -> dict:
 
 
 def _save_checkpoint(net, trainer, prefix: str) -> None:
-    """Write parameters and optimizer state, each atomically (temp file, then rename)."""
-    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    for suffix, save in ((".params", net.save_parameters), (".states", trainer.save_states)):
-        tmp = f"{prefix}{suffix}.tmp"
-        save(tmp)
-        os.replace(tmp, prefix + suffix)
+    """Write parameters and optimizer state to a path (each file atomically) or an s3:// URL (marker last)."""
+    checkpoints.save_checkpoint(net, trainer, prefix)

@@ -21,6 +21,8 @@ One cycle, for the active pod with the smallest QueueSort key:
 5. Bind.
 
 An unschedulable or rejected pod goes back to the queue with its backoff (1 s doubling to 10 s, passed-in time).
+Nodes may join, change or leave (`set_node`, `remove_node`), and pods found already bound elsewhere are taken in
+as bound (`restore`): what a scheduler driven by a cluster's watch needs.
 Side effects: none outside the object (no I/O, no clock).
 """
 
@@ -129,9 +131,49 @@ class Scheduler:
 
     # ---- changes ---------------------------------------------------------------------------------------------
 
+    def set_node(self, node: Node) -> None:
+        """Add a node, or change a known node's capacity and bring it (back) into placement; its pods stay."""
+        self.state.set_node(node)
+
+    def remove_node(self, name: str) -> None:
+        """Take a node out of placement (gone or unschedulable); its bound pods keep their slots until deleted."""
+        self.state.remove_node(name)
+
+    def restore(self, pods: Sequence[Pod], group: PodGroup | None, nodes: Mapping[str, str]) -> None:
+        """Take in pods that are already bound (by an earlier life of the caller, or by someone else).
+
+        `nodes` maps each pod to its node's name (a known node, in placement or not). The pods take their
+        nodes' slots as bound pods, even beyond a node's capacity: they are there whatever this scheduler thinks.
+        """
+        pods = list(pods)
+        where = {}
+        for pod in pods:
+            node = self.state.node_index.get(nodes.get(pod.name, ""))
+            if node is None:
+                raise ValueError(f"pod {pod.name}: unknown node {nodes.get(pod.name)!r}")
+            where[pod.name] = node
+        self._check_new(pods, group)
+        state = self.state
+        for pod in pods:
+            state.add(pod, group)
+            state.reserve(pod.name, where[pod.name], force=True)
+            state.bind(pod.name)
+            self._bound[pod.name] = state.nodes[where[pod.name]].name
+
     def submit(self, pods: Sequence[Pod], group: PodGroup | None = None) -> None:
         """Make `pods` pending. `group`, if given, is the group of their job (all pods must be of that job)."""
         pods = list(pods)
+        self._check_new(pods, group)
+        state = self.state
+        if group is not None and not pods and group.job in state.jobs:
+            state.set_group(group.job, group)
+        for pod in pods:
+            state.add(pod, group)
+            self.queue.add(pod)
+            self._reasons[pod.name] = "queued"
+
+    def _check_new(self, pods: list[Pod], group: PodGroup | None) -> None:
+        """ValueError unless `pods` are new, distinct, of `group`'s job and agree with their jobs' job_seq."""
         state = self.state
         names = [pod.name for pod in pods]
         if len(set(names)) != len(names):
@@ -149,12 +191,6 @@ class Scheduler:
                 job_seq[pod.job] = state.jobs[pod.job].job_seq
             if job_seq.setdefault(pod.job, pod.job_seq) != pod.job_seq:
                 raise ValueError(f"pod {pod.name}: job_seq {pod.job_seq} differs from job {pod.job}'s {job_seq[pod.job]}")
-        if group is not None and not pods and group.job in state.jobs:
-            state.set_group(group.job, group)
-        for pod in pods:
-            state.add(pod, group)
-            self.queue.add(pod)
-            self._reasons[pod.name] = "queued"
 
     def delete(self, names: Iterable[str]) -> None:
         """Forget these pods, pending, waiting or bound, and free their slots. Unknown names are ignored."""
@@ -249,7 +285,8 @@ class Scheduler:
                 ):
                     return True
             return False
-        return any(all(f.filter(state, pod, i) is None for f in self._filters) for i in range(len(state.nodes)))
+        return any(all(f.filter(state, pod, i) is None for f in self._filters)
+                   for i in range(len(state.nodes)) if i not in state.off)
 
     # ---- one cycle -------------------------------------------------------------------------------------------
 
@@ -359,7 +396,7 @@ class Scheduler:
     # ---- node selection --------------------------------------------------------------------------------------
 
     def _no_fit(self, failures: dict[tuple[str, str], int]) -> tuple[str, str]:
-        total = len(self.state.nodes)
+        total = self.state.active_nodes
         if not failures:
             plugin = self._filters[0].name if self._filters else "Filter"
             return plugin, f"0/{total} nodes are available"
@@ -400,7 +437,7 @@ class Scheduler:
             found = plugin.node_overrides(state, pod) if hasattr(plugin, "node_overrides") else {}
             overrides.append(found)
             for node in found:
-                if node not in special:
+                if node not in special and node not in state.off:
                     key = (capacity[node], free_of[node])
                     if key in feasible_set:
                         special[node] = key
@@ -459,9 +496,9 @@ class Scheduler:
         """kube's findNodesThatFitPod + prioritizeNodes + selectHost, node by node."""
         state = self.state
         total = len(state.nodes)
-        if total == 0:
+        if state.active_nodes == 0:
             return None, self._no_fit({})
-        want = feasible_nodes_to_find(total)
+        want = feasible_nodes_to_find(state.active_nodes)
         feasible: list[int] = []
         failures: dict[tuple[str, str], int] = {}
         start = self._next_start
@@ -469,6 +506,8 @@ class Scheduler:
         for offset in range(total):
             node = (start + offset) % total
             visited += 1
+            if node in state.off:
+                continue
             for plugin in self._filters:
                 why = plugin.filter(state, pod, node)
                 if why is not None:
@@ -493,7 +532,8 @@ class Scheduler:
     def best_nodes(self, pod: Pod) -> set[str]:
         """Every node with the best score for `pod` over all feasible nodes, computed node by node (no RNG use)."""
         state = self.state
-        feasible = [i for i in range(len(state.nodes)) if all(f.filter(state, pod, i) is None for f in self._filters)]
+        feasible = [i for i in range(len(state.nodes))
+                    if i not in state.off and all(f.filter(state, pod, i) is None for f in self._filters)]
         if not feasible:
             return set()
         totals = self._totals(state, pod, feasible)

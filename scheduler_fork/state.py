@@ -11,6 +11,9 @@ to walk every node or every pod:
 - the jobs the head-of-line rule looks at: *open* jobs (started and still placing pods) and *ready* jobs
   (not started, quorum present, pods pending) ordered by job creation.
 
+Nodes may join, change capacity or leave placement (`set_node`, `remove_node`) while pods are known: a node out
+of placement is in no bucket and counts toward no total, and the pods bound there keep their slots until deleted.
+
 Only `scheduler_fork.scheduler.Scheduler` changes a state (through the methods below); plugins only read it.
 Side effects: none (no I/O, no clock, no randomness).
 """
@@ -118,7 +121,8 @@ class SchedulingState:
             seen.add(node.name)
         if permit_timeout_s <= 0:
             raise ValueError(f"permit_timeout_s must be > 0, got {permit_timeout_s}")
-        self.nodes: tuple[Node, ...] = nodes  # in the order given
+        self.nodes: list[Node] = list(nodes)  # in the order given, then in the order added
+        self.off: set[int] = set()  # nodes out of placement (removed); their pods keep their slots until deleted
         self.node_index: dict[str, int] = {node.name: i for i, node in enumerate(nodes)}  # name -> number
         self.capacity: list[int] = [node.slots for node in nodes]  # node -> slots
         self.free: list[int] = list(self.capacity)  # node -> free slots
@@ -144,6 +148,11 @@ class SchedulingState:
     def node_name(self, node: int) -> str:
         return self.nodes[node].name
 
+    @property
+    def active_nodes(self) -> int:
+        """How many nodes are in placement."""
+        return len(self.nodes) - len(self.off)
+
     def first_open_job(self) -> str | None:
         """The earliest job that has started placing pods and still has pods to place (None if there is none)."""
         if not self.open_jobs:
@@ -161,6 +170,56 @@ class SchedulingState:
         return None
 
     # ---- changes (called by the Scheduler only) --------------------------------------------------------------
+
+    def set_node(self, node: Node) -> None:
+        """Add a node, or give a known one a new capacity and bring it (back) into placement.
+
+        Its pods keep their slots: free = capacity - slots they take, which may be below zero when the capacity
+        shrinks under them (then nothing more fits there).
+        """
+        if not isinstance(node, Node):
+            raise TypeError(f"nodes must be scheduler_fork.Node, got {type(node).__name__}")
+        i = self.node_index.get(node.name)
+        if i is None:
+            i = len(self.nodes)
+            self.nodes.append(node)
+            self.node_index[node.name] = i
+            self.capacity.append(node.slots)
+            self.free.append(node.slots)
+            self.jobs_on.append({})
+            self.off.add(i)
+        self._leave(i)
+        used = self.capacity[i] - self.free[i]
+        self.nodes[i] = node
+        self.capacity[i] = node.slots
+        self.free[i] = node.slots - used
+        self.off.discard(i)
+        self._bucket((node.slots, self.free[i])).add(i)
+        self.total_slots += node.slots
+        self.total_free += self.free[i]
+        self._touch_all()
+
+    def remove_node(self, name: str) -> None:
+        """Take a node out of placement (gone, or unschedulable); unknown names are ignored."""
+        i = self.node_index.get(name)
+        if i is None or i in self.off:
+            return
+        self._leave(i)
+        self.off.add(i)
+        self._touch_all()
+
+    def _leave(self, i: int) -> None:
+        """Take node `i` out of its bucket and the totals (nothing when it is out of placement already)."""
+        if i in self.off:
+            return
+        self.buckets[(self.capacity[i], self.free[i])].discard(i)
+        self.total_slots -= self.capacity[i]
+        self.total_free -= self.free[i]
+
+    def _touch_all(self) -> None:
+        """The cluster's size changed: every job's eligibility may have."""
+        for ledger in self.jobs.values():
+            self._touch(ledger)
 
     def add(self, pod: Pod, group: PodGroup | None = None) -> None:
         """A new pending pod; `group` (if given) becomes its job's group."""
@@ -180,11 +239,11 @@ class SchedulingState:
         ledger.n_pending += 1
         self._touch(ledger)
 
-    def reserve(self, name: str, node: int) -> None:
-        """PENDING -> RESERVED on `node` (kube: assume)."""
+    def reserve(self, name: str, node: int, force: bool = False) -> None:
+        """PENDING -> RESERVED on `node` (kube: assume); `force` accepts a node without room (a pod found bound)."""
         pod = self.pods[name]
         self._expect(name, PENDING)
-        self._take(node, pod)
+        self._take(node, pod, force)
         self.status[name] = RESERVED
         self.node_of[name] = node
         ledger = self.jobs[pod.job]
@@ -260,15 +319,15 @@ class SchedulingState:
             insort(self.bucket_keys, key)
         return bucket
 
-    def _take(self, node: int, pod: Pod) -> None:
+    def _take(self, node: int, pod: Pod, force: bool = False) -> None:
         cap, free = self.capacity[node], self.free[node]
-        if pod.slots > free:
+        if pod.slots > free and not force:
             raise ValueError(f"node {self.node_name(node)} has {free} free slots, pod {pod.name} takes {pod.slots}")
-        self.buckets[(cap, free)].discard(node)
-        free -= pod.slots
-        self.free[node] = free
-        self._bucket((cap, free)).add(node)
-        self.total_free -= pod.slots
+        self.free[node] = free - pod.slots
+        if node not in self.off:
+            self.buckets[(cap, free)].discard(node)
+            self._bucket((cap, free - pod.slots)).add(node)
+            self.total_free -= pod.slots
         on = self.jobs_on[node]
         on[pod.job] = on.get(pod.job, 0) + 1
         where = self.job_nodes.get(pod.job)
@@ -278,11 +337,11 @@ class SchedulingState:
 
     def _give(self, node: int, pod: Pod) -> None:
         cap, free = self.capacity[node], self.free[node]
-        self.buckets[(cap, free)].discard(node)
-        free += pod.slots
-        self.free[node] = free
-        self._bucket((cap, free)).add(node)
-        self.total_free += pod.slots
+        self.free[node] = free + pod.slots
+        if node not in self.off:
+            self.buckets[(cap, free)].discard(node)
+            self._bucket((cap, free + pod.slots)).add(node)
+            self.total_free += pod.slots
         on = self.jobs_on[node]
         if on[pod.job] == 1:
             del on[pod.job]
@@ -318,8 +377,10 @@ class SchedulingState:
         ledger.group = group
         self._touch(ledger)
 
-    def check(self) -> None:
-        """Recount everything from the pods and compare with the incremental indexes (for tests)."""
+    def check(self, overcommit: bool = False) -> None:
+        """Recount everything from the pods and compare with the incremental indexes (for tests).
+
+        `overcommit`: allow nodes with fewer than zero free slots (pods found bound beyond a node's capacity)."""
         free = list(self.capacity)
         jobs_on: list[dict[str, int]] = [{} for _ in self.nodes]
         for name, status in self.status.items():
@@ -328,11 +389,14 @@ class SchedulingState:
                 free[node] -= pod.slots
                 jobs_on[node][pod.job] = jobs_on[node].get(pod.job, 0) + 1
         assert free == self.free, (free, self.free)
-        assert all(f >= 0 for f in free), free
+        assert overcommit or all(f >= 0 for f in free), free
         assert jobs_on == self.jobs_on
-        assert self.total_free == sum(free)
+        active = [i for i in range(len(self.nodes)) if i not in self.off]
+        assert self.total_free == sum(free[i] for i in active)
+        assert self.total_slots == sum(self.capacity[i] for i in active)
         for (cap, fr), bucket in self.buckets.items():
             for node in bucket:
+                assert node not in self.off
                 assert (self.capacity[node], self.free[node]) == (cap, fr)
-        assert sum(len(b) for b in self.buckets.values()) == len(self.nodes)
+        assert sum(len(b) for b in self.buckets.values()) == len(active)
 

@@ -1,39 +1,137 @@
 """A run's ports, chosen from its configuration through registries: no caller names a concrete class.
 
-Kubernetes (a Placement that is a kube-scheduler, a Platform that is the Nuclio dashboard) and an `s3://`
-checkpoint store plug in here as new entries.
+A `Site` says where the functions run: `local` (warm hosts on this machine, placed by scheduler_fork in this
+process) or `nuclio` (functions deployed through a Nuclio dashboard, their pods bound by `coach scheduler` on
+the kube-apiserver the kubeconfig names). Each platform names the placement that goes with it. Checkpoint stores
+are chosen by URL scheme (`file://`, `s3://`).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from coach.domain.cluster import ClusterSpec
 from coach.placement.fork import ForkPlacement
 from coach.platforms.local import LocalPlatform
 from coach.ports import CheckpointStore, Placement, Platform
 from coach.storage.checkpoints import FileCheckpointStore
+from coach.storage.s3 import S3CheckpointStore
 
-#: Platform name -> factory(log folder, run token).
-PLATFORMS: Mapping[str, Callable[[Path, str], Platform]] = {
-    "local": lambda logs, token: LocalPlatform(logs, token),
+DEFAULT_IMAGE = "coach-functions:latest"  # the function image (functions/Dockerfile) a Nuclio site deploys
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a run's functions are placed and run, as `coach run` was told; run.json keeps it for a resume."""
+
+    platform: str = "local"  # a key of PLATFORMS
+    dashboard: str = ""  # the Nuclio dashboard's URL (nuclio)
+    namespace: str = "default"  # the Kubernetes namespace of the functions, pods and PodGroups (nuclio)
+    kubeconfig: str = ""  # path of the kubeconfig that reaches the kube-apiserver (nuclio)
+    image: str = DEFAULT_IMAGE  # the function image the dashboard deploys (nuclio)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, platform: str) -> "Site":
+        """The site a run.json recorded (none before sites were recorded: the local one); ValueError naming the
+        field that is not a string."""
+        if data is None:
+            return cls(platform=platform)
+        if not isinstance(data, dict):
+            raise ValueError(f"site: expected a mapping, got {type(data).__name__}")
+        known = {key: value for key, value in data.items() if key in cls.__dataclass_fields__}
+        for key, value in known.items():
+            if not isinstance(value, str):
+                raise ValueError(f"site.{key}: expected text, got {type(value).__name__}")
+        if known.get("platform", platform) != platform:
+            raise ValueError(f"site.platform: {known['platform']!r} is not the run's platform {platform!r}")
+        return cls(**{**known, "platform": platform})
+
+
+def kube_api(site: Site):
+    """An API client of the official `kubernetes` package for the site's kubeconfig."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=site.kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+SITE_CHECK_TIMEOUT_S = 5.0
+
+
+def check_site(site: Site) -> str | None:
+    """None when the site's dashboard and kube-apiserver answer now; else one line naming the option and what
+    failed. Checked once before any job starts, so a typo is an error, not a run of requeued jobs."""
+    import requests
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        api = kube_api(site)
+    except Exception as error:  # noqa: BLE001 - the kubeconfig loader raises many kinds (ConfigException, YAML...)
+        return f"--kubeconfig: {site.kubeconfig}: not a usable kubeconfig ({type(error).__name__}: {error})"
+    try:
+        client.CoreV1Api(api).list_node(limit=1, _request_timeout=SITE_CHECK_TIMEOUT_S)
+    except ApiException as error:
+        return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver answered HTTP {error.status} {error.reason}"
+    except Exception as error:  # noqa: BLE001 - urllib3 errors: refused, timeout, TLS
+        return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver does not answer ({type(error).__name__})"
+    finally:
+        api.close()
+    try:
+        response = requests.get(f"{site.dashboard}/api/functions", timeout=SITE_CHECK_TIMEOUT_S,
+                                headers={"X-Nuclio-Function-Namespace": site.namespace})
+    except requests.RequestException as error:
+        return f"--dashboard: {site.dashboard}: does not answer ({type(error).__name__})"
+    if response.status_code != 200:
+        return f"--dashboard: {site.dashboard}: GET /api/functions answered HTTP {response.status_code}"
+    return None
+
+
+def _nuclio(logs: Path, token: str, site: Site) -> Platform:
+    from coach.platforms.nuclio import NuclioPlatform, kube_pod_address
+
+    return NuclioPlatform(site.dashboard, site.namespace, image=site.image, token=token,
+                          pod_address=kube_pod_address(kube_api(site), site.namespace))
+
+
+def _kube(cluster: ClusterSpec, profile: str, platform: Platform, site: Site) -> Placement:
+    """Coach's scheduler binds the pods (its own profile, set where it runs); `platform` makes them."""
+    from coach.placement.kube import KubePlacement
+
+    return KubePlacement(kube_api(site), site.namespace, workloads=platform)
+
+
+#: Platform name -> factory(log folder, run token, site).
+PLATFORMS: Mapping[str, Callable[[Path, str, Site], Platform]] = {
+    "local": lambda logs, token, site: LocalPlatform(logs, token),
+    "nuclio": _nuclio,
 }
 
-#: Placement name -> factory(cluster, scheduler profile).
-PLACEMENTS: Mapping[str, Callable[[ClusterSpec, str], Placement]] = {
-    "fork": lambda cluster, profile: ForkPlacement(cluster, profile),
+#: Platform name -> the placement that goes with it.
+PLACEMENT_OF: Mapping[str, str] = {"local": "fork", "nuclio": "kube"}
+
+#: Placement name -> factory(cluster, scheduler profile, platform, site).
+PLACEMENTS: Mapping[str, Callable[[ClusterSpec, str, Platform, Site], Placement]] = {
+    "fork": lambda cluster, profile, platform, site: ForkPlacement(cluster, profile),
+    "kube": _kube,
 }
 
 #: URL scheme -> factory(url) of the checkpoint store.
 STORES: Mapping[str, Callable[[str], CheckpointStore]] = {
-    "file": lambda url: FileCheckpointStore(Path(urlparse(url).path)),
+    "file": lambda url: FileCheckpointStore(Path(unquote(urlparse(url).path))),
+    "s3": lambda url: S3CheckpointStore(url),
 }
 
 
 def checkpoint_store(url: str) -> CheckpointStore:
-    """The store for `file:///abs/path` (and, later, `s3://bucket/prefix`)."""
+    """The store for `file:///abs/path` or `s3://bucket/prefix`; ValueError (one line) for another URL."""
     scheme = urlparse(url).scheme
     if scheme not in STORES:
         raise ValueError(f"unknown checkpoint store {scheme!r}; known: {', '.join(sorted(STORES))}")

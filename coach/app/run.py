@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
-from coach.app.compose import PLACEMENTS, PLATFORMS, checkpoint_store
+from coach.app.compose import PLACEMENT_OF, PLACEMENTS, PLATFORMS, Site, checkpoint_store
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
 from coach.domain.records import JobOutcome, iso, summary_dict
@@ -61,6 +61,13 @@ class RunConfig:
     placement_timeout_s: float = 30.0  # how long a job waits for its quorum before it is requeued
     platform: str = "local"  # a key of PLATFORMS
     placement: str = "fork"  # a key of PLACEMENTS
+    checkpoints: str | None = None  # the checkpoint store's URL (`s3://bucket/prefix`); None: <run dir>/checkpoints
+    site: Site = Site()  # where the functions run (its platform is `platform`)
+
+
+def store_url(config: RunConfig, run_dir: Path) -> str:
+    """The run's checkpoint store: the one its configuration names, else its own folder (which moves with it)."""
+    return config.checkpoints or (run_dir / "checkpoints").as_uri()
 
 
 def exit_code_for(reasons: Sequence[str | None]) -> int:
@@ -74,9 +81,13 @@ def exit_code_for(reasons: Sequence[str | None]) -> int:
 def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path, view: str = "plain",
              scheduler: str = "gang", run_id: str | None = None, placement_timeout_s: float = 30.0,
              platform_factory: Callable[[Path, str], Platform] | None = None,
-             policy: str = DEFAULT_POLICY, stop_event: threading.Event | None = None) -> RunReport:
-    """A new run of every job, concurrently, in `results_root/<run-id>/`; setting `stop_event` stops it."""
-    config = RunConfig(scheduler=scheduler, policy=policy, placement_timeout_s=placement_timeout_s)
+             policy: str = DEFAULT_POLICY, stop_event: threading.Event | None = None,
+             checkpoints: str | None = None, site: Site = Site()) -> RunReport:
+    """A new run of every job, concurrently, in `results_root/<run-id>/`; setting `stop_event` stops it.
+    `checkpoints` is the store's URL (None: the run folder's `checkpoints/`), checked by the caller."""
+    config = RunConfig(scheduler=scheduler, policy=policy, placement_timeout_s=placement_timeout_s,
+                       checkpoints=checkpoints, platform=site.platform, placement=PLACEMENT_OF[site.platform],
+                       site=site)
     run_id = run_id or new_run_id()
     run_dir = (results_root / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -84,7 +95,8 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
     write_json_atomic(run_dir / "run.json", {
         "schema": MANIFEST_SCHEMA, "run_id": run_id, "command": sys.argv, "started": iso(started_s),
         "scheduler": scheduler, "policy": policy, "placement_timeout_s": placement_timeout_s,
-        "platform": config.platform, "placement": config.placement, "cluster": cluster.to_dict(),
+        "platform": config.platform, "placement": config.placement, "checkpoints": config.checkpoints,
+        "site": site.to_dict(), "cluster": cluster.to_dict(),
         "jobs": [spec.to_dict() for spec in specs]})
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
     return _execute(run_id, run_dir, started_s, cluster, config, view,
@@ -103,7 +115,8 @@ def resume_run(run_dir: Path, view: str = "plain",
     last one logged and the cumulative cost carried on. Runs written before manifests had a schema resume too.
 
     A log that holds no finished step (emptied, cut before its first complete record, or only failed attempts)
-    goes on from the newest complete checkpoint in `checkpoints/<job>/` instead of from scratch: its tag names
+    goes on from the newest complete checkpoint in the run's store (the manifest's `checkpoints` URL, else the run
+    folder's `checkpoints/<job>/`) instead of from scratch: its tag names
     the step (`epoch-0003`: as if epoch 3 was the last one done; `calibration-k`: no epoch done). Such a log's
     cost so far, with or without a checkpoint, is the larger of what its last line and summary.json last said
     (0 when neither knows; the cost of lost lines that neither recorded is not counted). A job whose log is
@@ -116,11 +129,19 @@ def resume_run(run_dir: Path, view: str = "plain",
         cluster = ClusterSpec.from_dict(manifest["cluster"])
         config = RunConfig(scheduler=manifest["scheduler"], policy=manifest.get("policy", DEFAULT_POLICY),
                            placement_timeout_s=float(manifest["placement_timeout_s"]),
-                           platform=manifest.get("platform", "local"), placement=manifest.get("placement", "fork"))
+                           platform=manifest.get("platform", "local"), placement=manifest.get("placement", "fork"),
+                           checkpoints=manifest.get("checkpoints"),
+                           site=Site.from_dict(manifest.get("site"), manifest.get("platform", "local")))
     except OSError as error:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): {error.strerror or error}") from None
     except (ValueError, KeyError, TypeError) as error:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): not a Coach run manifest ({error})") from None
+    try:
+        if not isinstance(config.checkpoints, (str, type(None))):
+            raise ValueError(f"expected a store URL, got {type(config.checkpoints).__name__}")
+        store = checkpoint_store(store_url(config, run_dir))
+    except ValueError as error:
+        raise ResumeError(f"{run_dir / 'run.json'}: checkpoints: {config.checkpoints}: {error}") from None
     try:
         old = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
@@ -128,7 +149,6 @@ def resume_run(run_dir: Path, view: str = "plain",
     old = old if isinstance(old, dict) else {}
     old_jobs = old.get("jobs") if isinstance(old.get("jobs"), dict) else {}
     started_s = _timestamp(old.get("started")) or _timestamp(manifest.get("started")) or time.time()
-    store = checkpoint_store((run_dir / "checkpoints").as_uri())
     outcomes, pending = {}, []
     for spec in specs:
         log = run_dir / f"{spec.name}.jsonl"
@@ -151,7 +171,7 @@ def resume_run(run_dir: Path, view: str = "plain",
             spent = max(history.spent, _number(before.get("total_cost")))
             history = _from_checkpoints(store, spec.name, spent) or replace(history, spent=spent)
         else:
-            history = replace(history, checkpoint=_locate(store, run_dir, spec.name, history.checkpoint))
+            history = replace(history, checkpoint=store.locate(spec.name, history.checkpoint))
         if history.checkpoint and not store.complete(history.checkpoint):
             raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
         pending.append((spec, history))
@@ -168,18 +188,6 @@ def _timestamp(text: str | None) -> float | None:
 
 def _number(value, default: float = 0.0) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def _locate(store: CheckpointStore, run_dir: Path, job: str, prefix: str) -> str:
-    """A logged checkpoint prefix as this run folder has it: a relative one is resolved against the run folder,
-    and an absolute one that is gone (the folder moved) is looked for in `checkpoints/<job>/` by its name."""
-    path = Path(prefix)
-    if not path.is_absolute():
-        path = run_dir / path
-    if store.complete(str(path)):
-        return str(path)
-    moved = run_dir / "checkpoints" / job / path.name
-    return str(moved) if store.complete(str(moved)) else str(path)
 
 
 def _from_checkpoints(store: CheckpointStore, job: str, spent: float) -> History | None:
@@ -213,7 +221,10 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
              platform_factory, stop_event: threading.Event | None = None) -> RunReport:
     """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
     token = secrets.token_hex(16)
-    platform = (platform_factory or PLATFORMS[config.platform])(run_dir / "logs", token)
+    if platform_factory is None:
+        platform = PLATFORMS[config.platform](run_dir / "logs", token, config.site)
+    else:
+        platform = platform_factory(run_dir / "logs", token)
     policy = POLICIES[config.policy]
     extra = {"cluster": cluster.name, "scheduler": config.scheduler, "policy": config.policy}
     sinks = {spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec, _ in jobs}
@@ -228,8 +239,9 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
         write_summary()
 
     with VIEWS[view](run_id) as shown:
-        ports = Ports(placement=PLACEMENTS[config.placement](cluster, config.scheduler), platform=platform,
-                      store=checkpoint_store((run_dir / "checkpoints").as_uri()), sinks=sinks, view=shown)
+        placement = PLACEMENTS[config.placement](cluster, config.scheduler, platform, config.site)
+        ports = Ports(placement=placement, platform=platform,
+                      store=checkpoint_store(store_url(config, run_dir)), sinks=sinks, view=shown)
         lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s)
                       for spec, _ in jobs]
         view_of_cluster = ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
@@ -249,6 +261,7 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
             driver.run(first)
         finally:
             platform.close()
+            placement.close()
             for sink in sinks.values():
                 sink.close()
             for sig, handler in previous.items():

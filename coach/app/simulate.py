@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from coach.app.compose import PLACEMENTS
+from coach.app.compose import PLACEMENTS, Site
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
 from coach.domain.records import JobOutcome, summary_dict
@@ -53,7 +53,7 @@ def simulate_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = 
     def finished(lc: JobLifecycle, now_s: float) -> None:
         fill_outcome(outcomes[lc.spec.name], lc.history, now_s)
 
-    ports = Ports(placement=PLACEMENTS["fork"](cluster, scheduler), platform=platform, store=store, sinks=sinks,
+    ports = Ports(placement=PLACEMENTS["fork"](cluster, scheduler, platform, Site()), platform=platform, store=store, sinks=sinks,
                   view=QuietView(run_id))
     lifecycles = [JobLifecycle(spec, run_id, cluster, chosen.calibration(spec), placement_timeout_s)
                   for spec in specs]

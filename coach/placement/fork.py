@@ -103,6 +103,9 @@ class ForkPlacement:
             self._ids.pop(fid.name, None)
             self._bound.get(fid.job, {}).pop(fid, None)
 
+    def close(self) -> None:
+        """Nothing to give back: the scheduler lives in this object."""
+
     @property
     def free_slots(self) -> int:
         return self.spec.total_slots - sum(len(b) for b in self._bound.values()) - len(self._scheduler.waiting)

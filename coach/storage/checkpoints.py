@@ -2,8 +2,9 @@
 
 Functions are stateless; worker rank 0 writes `<prefix>.params` and `<prefix>.states` atomically, and the
 controller passes the newest complete prefix to every worker of the next epoch. The file store is addressed as
-`file:///abs/folder` and hands out absolute path prefixes (what functions on this machine write to); an `s3://`
-store is the next implementation. The memory store serves simulated runs, where nothing is written.
+`file:///abs/folder` and hands out absolute path prefixes (what functions on this machine write to); the
+`s3://` store (coach.storage.s3) serves functions on many machines. The memory store serves simulated runs,
+where nothing is written.
 Side effects: the file store creates folders and deletes old checkpoints.
 
 A checkpoint's tag names the step that saved it: `calibration-<k>` for calibration mini-epoch k, `epoch-<NNNN>`
@@ -41,11 +42,26 @@ class FileCheckpointStore:
     def url(self) -> str:
         return self.root.resolve().as_uri()
 
+    def check(self) -> str | None:
+        """None unless the root is something other than a folder (it is created when missing)."""
+        if self.root.exists() and not self.root.is_dir():
+            return f"{self.root} is not a folder"
+        return None
+
     def prefix(self, job: str, tag: str) -> str:
         """Where the step `tag` (e.g. `epoch-0003`, `calibration-2`) of `job` saves its checkpoint."""
         folder = self.root / job
         folder.mkdir(parents=True, exist_ok=True)
         return str(folder.resolve() / tag)
+
+    def locate(self, job: str, prefix: str) -> str:
+        """A logged prefix as this store has it now: an absolute one where it is complete, else (relative, or gone
+        because the run folder moved) the checkpoint of that name in `<root>/<job>/`; as logged when neither."""
+        path = Path(prefix)
+        if path.is_absolute() and self.complete(prefix):
+            return prefix
+        moved = self.root.resolve() / job / path.name
+        return str(moved) if self.complete(str(moved)) else prefix
 
     def complete(self, prefix: str | None) -> bool:
         """True when both files of a checkpoint exist (rank 0 renames each into place when done)."""
@@ -81,8 +97,14 @@ class MemoryCheckpointStore:
 
     saved: dict[str, set[str]] = field(default_factory=dict)  # job -> its saved prefixes
 
+    def check(self) -> str | None:
+        return None
+
     def prefix(self, job: str, tag: str) -> str:
         return f"mem://{job}/{tag}"
+
+    def locate(self, job: str, prefix: str) -> str:
+        return prefix
 
     @staticmethod
     def _job(prefix: str) -> str:

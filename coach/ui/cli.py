@@ -17,7 +17,7 @@ from pathlib import Path
 
 from coach.files.cluster import ClusterFileError, load_cluster
 from coach.files.jobs import MAX_MONEY, JobFileError, load_jobs
-from coach.files.limits import one_line
+from coach.files.limits import one_line, short
 from coach.ui.errors import EXIT_INTERRUPTED, BadInput, Parser, fail as _fail, integer, number
 from scheduler_fork import PROFILES
 
@@ -28,6 +28,7 @@ MAX_BENCH_NODES = 100_000
 MAX_BENCH_PODS = 1_000_000
 MAX_SLOTS_PER_NODE = 100_000
 MAX_SEED = 2**32 - 1
+MAX_URL_CHARS = 2000  # the longest --checkpoints URL
 
 EXIT_CODES = """\
 exit codes:
@@ -147,16 +148,97 @@ def _check_resume(run_dir: Path) -> dict:
     return manifest
 
 
+def store_url(text: str) -> str:
+    """An argparse `type=` for `--checkpoints`: a URL as given, a plain folder path as its absolute file:// URL."""
+    if not text or len(text) > MAX_URL_CHARS or "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected s3://bucket/prefix or a folder, got {short(text)}")
+    return text if "://" in text else Path(text).resolve().as_uri()
+
+
+def http_url(text: str) -> str:
+    """An argparse `type=` for `--dashboard`: an http(s) URL with a host."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(text) if len(text) <= MAX_URL_CHARS else None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise argparse.ArgumentTypeError(f"expected http://host:port, got {short(text)}")
+    return text.rstrip("/")
+
+
+def dns_label(text: str) -> str:
+    """An argparse `type=` for `--namespace`: a DNS-1123 label, as Kubernetes names namespaces."""
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", text):
+        raise argparse.ArgumentTypeError(f"expected a DNS-1123 label (a-z, 0-9, '-'; at most 63), got {short(text)}")
+    return text
+
+
+def _platforms() -> list[str]:
+    from coach.app.compose import PLATFORMS
+
+    return sorted(PLATFORMS)
+
+
+def _default_image() -> str:
+    from coach.app.compose import DEFAULT_IMAGE
+
+    return DEFAULT_IMAGE
+
+
+def _site(args):
+    """The run's Site from the options, or BadInput naming the option; a Nuclio site must answer now."""
+    from coach.app.compose import Site, check_site
+
+    if args.platform == "local":
+        given = [f"--{name}" for name in ("dashboard", "kubeconfig") if getattr(args, name)]
+        if given:
+            raise BadInput([f"{given[0]}: only with --platform nuclio"])
+        return Site()
+    for name in ("dashboard", "kubeconfig"):
+        if not getattr(args, name):
+            raise BadInput([f"--{name}: required with --platform {args.platform}"])
+    kubeconfig = Path(args.kubeconfig)
+    if not kubeconfig.is_file():
+        raise BadInput([f"--kubeconfig: {args.kubeconfig}: not a file"])
+    site = Site(platform=args.platform, dashboard=args.dashboard, namespace=args.namespace,
+                kubeconfig=str(kubeconfig.resolve()), image=args.image)
+    problem = check_site(site)
+    if problem is not None:
+        raise BadInput([one_line(problem, 400)])
+    return site
+
+
+def _check_store(where: str, url: str) -> None:
+    """BadInput naming `where` and `url` unless the checkpoint store answers now (checked before any job starts:
+    a missing bucket, refused access or an unreachable endpoint, a file where a folder should be)."""
+    from coach.app.compose import checkpoint_store
+
+    try:
+        store = checkpoint_store(url)
+        problem = store.check()
+    except ValueError as error:
+        problem = str(error)
+    if problem is not None:
+        raise BadInput([one_line(f"{where}: {url}: {problem}", 400)])
+
+
 def cmd_run(args) -> int:
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     if args.resume:
         if args.files:
             return _fail(["--resume: give the run folder only, not job files (its manifest has the jobs)"])
+        if args.checkpoints:
+            return _fail(["--checkpoints: a resumed run uses the store its manifest names; give the run folder only"])
+        if args.platform != "local" or args.dashboard or args.kubeconfig:
+            return _fail(["--platform: a resumed run uses the platform its manifest names; give the run folder only"])
         from coach.app.run import ResumeError, resume_run
         from coach.domain.cluster import ClusterSpec
 
         run_dir = Path(args.resume).resolve()
         manifest = _check_resume(run_dir)
+        if isinstance(manifest.get("checkpoints"), str):
+            _check_store(f"{run_dir / 'run.json'}: checkpoints", manifest["checkpoints"])
         if not args.quiet:
             say_cluster(ClusterSpec.from_dict(manifest["cluster"]))
         try:
@@ -178,10 +260,14 @@ def cmd_run(args) -> int:
                if (problem := POLICIES[args.policy].check(spec)) is not None]
     if refused:
         return _fail([f"{line} (--policy {args.policy})" for line in refused])
+    site = _site(args)
+    checkpoints = args.checkpoints
+    if checkpoints is not None:
+        _check_store("--checkpoints", checkpoints)
     if not args.quiet:
         say_cluster(cluster)
     report = run_jobs(specs, cluster, Path(args.results), view=view, scheduler=scheduler,
-                      placement_timeout_s=args.placement_timeout, policy=args.policy)
+                      placement_timeout_s=args.placement_timeout, policy=args.policy, checkpoints=checkpoints, site=site)
     say(f"results: {report.run_dir}")
     return report.exit_code
 
@@ -235,6 +321,23 @@ def cmd_bench_scheduler(args) -> int:
                       "pods_placed": result.pods_placed, "seconds": round(result.seconds, 4),
                       "pods_per_s": round(result.pods_per_s, 1)}))
     return 0
+
+
+def cmd_scheduler(args) -> int:
+    """`coach scheduler`: scheduler_fork's plugins scheduling a kube-apiserver's pods (coach.kube_scheduler)."""
+    from coach.kube_scheduler.cli import run_scheduler
+
+    return run_scheduler(args.kubeconfig, args.profile, args.namespace, args.all_namespaces, args.metrics_port,
+                         args.id, args.lease_duration, args.metrics_address)
+
+
+def cmd_bench_kube_scheduler(args) -> int:
+    """Pods bound per second by `coach scheduler` through the fake kube-apiserver, end to end."""
+    from coach.kube_scheduler.cli import run_bench_command
+
+    if args.pods > args.nodes * args.slots_per_node:
+        return _fail([f"--pods: {args.pods} pods do not fit {args.nodes} nodes x {args.slots_per_node} slots"])
+    return run_bench_command(args.nodes, args.pods, args.profile, args.slots_per_node, args.seed, args.apiserver)
 
 
 def _policies():
@@ -292,6 +395,21 @@ def build_parser() -> argparse.ArgumentParser:
                           f"0 < S <= {MAX_PLACEMENT_TIMEOUT_S} (default: %(default)g)")
     run.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
                      help="run-level policy deciding every job's workers and servers (default: %(default)s)")
+    run.add_argument("--checkpoints", metavar="URL", type=store_url,
+                     help="checkpoint store every function reaches: s3://bucket/prefix (endpoint and credentials "
+                          "from the AWS_* environment variables) or a folder (default: the run folder's "
+                          "checkpoints/)")
+    run.add_argument("--platform", choices=_platforms(), default="local",
+                     help="where functions run: local warm hosts, or Nuclio on Kubernetes with their pods bound "
+                          "by `coach scheduler` (default: %(default)s)")
+    run.add_argument("--dashboard", metavar="URL", type=http_url,
+                     help="the Nuclio dashboard (required with --platform nuclio; no default)")
+    run.add_argument("--kubeconfig", metavar="FILE",
+                     help="kubeconfig of the cluster's kube-apiserver (required with --platform nuclio; no default)")
+    run.add_argument("--namespace", metavar="NS", type=dns_label, default="default",
+                     help="Kubernetes namespace of the functions and PodGroups (default: %(default)s)")
+    run.add_argument("--image", metavar="IMAGE", default=_default_image(),
+                     help="the function image the dashboard deploys (default: %(default)s)")
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true",
                        help="print only the results folder (default: off)")
@@ -326,6 +444,43 @@ def build_parser() -> argparse.ArgumentParser:
     bench_scheduler.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
                                  help=f"seed of the synthetic cluster, 0 <= N <= {MAX_SEED} (default: %(default)s)")
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
+    bench_kube = subparser(bench, "kube-scheduler", epilog=EXIT_CODES,
+                           help="pods bound per second by `coach scheduler` through the fake kube-apiserver")
+    bench_kube.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=5000, metavar="N",
+                            help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
+    bench_kube.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=10000, metavar="P",
+                            help=f"pods to bind, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
+    bench_kube.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
+                            help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
+    bench_kube.add_argument("--profile", choices=sorted(PROFILES), default="gang",
+                            help="scheduler_fork profile (default: %(default)s)")
+    bench_kube.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
+                            help=f"tie-break seed, 0 <= N <= {MAX_SEED} (default: %(default)s)")
+    bench_kube.add_argument("--apiserver", choices=("process", "thread"), default="process",
+                            help="run the fake apiserver in a child process or in this one (default: %(default)s)")
+    bench_kube.set_defaults(func=cmd_bench_kube_scheduler)
+
+    scheduler = subparser(sub, "scheduler", epilog=EXIT_CODES,
+                          help="schedule a kube-apiserver's Coach pods with scheduler_fork's plugins (until SIGTERM)")
+    scheduler.add_argument("--kubeconfig", required=True, metavar="PATH",
+                           help="kubeconfig of the cluster (required, no default)")
+    scheduler.add_argument("--profile", choices=sorted(PROFILES), default="gang",
+                           help="scheduler_fork profile (default: %(default)s)")
+    where = scheduler.add_mutually_exclusive_group()
+    where.add_argument("--namespace", metavar="NS", type=dns_label,
+                       help="place the pods of this namespace; the Lease lives here too "
+                            "(default: the kubeconfig context's namespace)")
+    where.add_argument("--all-namespaces", action="store_true",
+                       help="place the pods of every namespace (default: off)")
+    scheduler.add_argument("--metrics-port", type=integer(0, 65535), default=10259, metavar="PORT",
+                           help="port of /metrics and /healthz, 0 = any free port (default: %(default)s)")
+    scheduler.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+                           help="address /metrics and /healthz listen on (default: %(default)s)")
+    scheduler.add_argument("--id", metavar="NAME",
+                           help="this replica's name in the Lease (default: the host name and a random suffix)")
+    scheduler.add_argument("--lease-duration", type=number(1.0, 3600.0), default=15.0, metavar="S",
+                           help="seconds a leader's Lease lasts without renewal, 1 <= S <= 3600 (default: %(default)g)")
+    scheduler.set_defaults(func=cmd_scheduler)
 
     from coach.ui.analysis_cli import add_commands
 

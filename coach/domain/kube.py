@@ -1,0 +1,30 @@
+"""Names Coach's parts agree on when they meet on Kubernetes. Pure constants, no I/O.
+
+The controller (coach.placement.kube), the scheduler (coach.kube_scheduler), the Nuclio platform
+(coach.platforms.nuclio), the fakes (coach.fakes) and the manifests under deploy/ all use these; deploy/
+spells them out as YAML, and a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+#: `spec.schedulerName` of every Coach pod; Nuclio's platform config sets it on the functions' Deployments.
+SCHEDULER_NAME = "coach-scheduler"
+
+#: Node label that gives a node's slots for Coach's functions (else the node's allocatable `pods`).
+SLOTS_LABEL = "coach.io/slots"
+
+#: The PodGroup custom resource (the coscheduling plugin's), one per job, created by the controller.
+PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL, PODGROUP_KIND = (
+    "scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
+
+#: Pod label naming the pod's PodGroup (the coscheduling plugin's v1alpha1 convention).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+#: Lease the scheduler replicas elect a leader with (coordination.k8s.io/v1).
+LEASE_NAME = "coach-scheduler"
+
+#: Reason of the Event the scheduler posts on a pod it cannot place (kube-scheduler's own reason).
+FAILED_SCHEDULING = "FailedScheduling"
+
+#: Nuclio label the dashboard puts on a function's Deployment and pods.
+NUCLIO_FUNCTION_LABEL = "nuclio.io/function-name"

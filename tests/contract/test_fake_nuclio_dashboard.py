@@ -1,0 +1,322 @@
+"""The fake Nuclio dashboard speaks the real dashboard's protocol (read from nuclio/nuclio's pkg/dashboard and
+pkg/platform), checked with raw `requests` over loopback: status codes, bodies, headers, function states, the pod
+it makes in the fake kube-apiserver, and the warm host it starts once a scheduler binds that pod.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import yaml
+
+from coach.domain.kube import NUCLIO_FUNCTION_LABEL, POD_GROUP_LABEL, SCHEDULER_NAME
+from coach.fakes.nuclio_dashboard import (
+    FakeDashboard, fill_empty, go_duration_s, load_platform_config, selector_matches,
+)
+from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
+    HANDLER, REPO, bind, core, dashboard, kubeconfig, pods_of, the_pod, wait_for,
+)
+
+TOKEN = "t0ken"
+LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist"}
+
+
+def function(name: str = "coach-mnist-worker-0", labels=None, **spec) -> dict:
+    return {"metadata": {"name": name, "labels": dict(LABELS if labels is None else labels)},
+            "spec": {"image": "coach:1", "handler": HANDLER, "runtime": "python:3.11",
+                     "env": [{"name": "COACH_FUNCTION_TOKEN", "value": TOKEN}, {"name": "A", "value": "1"},
+                             {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                     "minReplicas": 1, "maxReplicas": 1, **spec}}
+
+
+def post(url: str, body, **headers) -> requests.Response:
+    return requests.post(f"{url}/api/functions", data=json.dumps(body), headers=headers, timeout=10)
+
+
+def delete(url: str, name: str, **headers) -> requests.Response:
+    return requests.delete(f"{url}/api/functions", json={"metadata": {"name": name, "namespace": "default"}},
+                           headers=headers, timeout=10)
+
+
+def get(url: str, name: str) -> requests.Response:
+    return requests.get(f"{url}/api/functions/{name}", timeout=10)
+
+
+def invoke(url: str, name: str, body=None, **headers) -> requests.Response:
+    return requests.post(f"{url}/api/function_invocations", json=body if body is not None else {"hi": 1},
+                         headers={"X-Nuclio-Function-Name": name, "X-Coach-Token": TOKEN, **headers}, timeout=20)
+
+
+def ready(dash, core, name: str = "coach-mnist-worker-0", node: str = "node-1") -> dict:
+    """Create (if needed), bind and wait until the dashboard says ready; the function as GET shows it."""
+    if dash.state(name) is None:
+        assert post(dash.url, function(name)).status_code == 202
+    assert bind(core, the_pod(core, name).metadata.name, node) == 201
+    wait_for(lambda: dash.state(name) == "ready", what=f"{name} ready")
+    return get(dash.url, name).json()
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_go_durations_read_as_go_reads_them():
+    assert go_duration_s("30s") == 30 and go_duration_s("1m30s") == 90 and go_duration_s("1500ms") == 1.5
+    assert go_duration_s("2h") == 7200 and go_duration_s("0") == 0 and go_duration_s("250us") == 0.00025
+    for bad in ("", "30", "s", "3x", "1.5.5s"):
+        with pytest.raises(ValueError):
+            go_duration_s(bad)
+
+
+def test_label_selectors_and_merges_follow_kubernetes_and_mergo():
+    labels = {"coach.io/job": "a", "tier": "x"}
+    assert selector_matches({}, labels) and selector_matches(None, {})  # empty selects everything
+    assert selector_matches({"matchExpressions": [{"key": "coach.io/job", "operator": "Exists"}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "coach.io/job", "operator": "DoesNotExist"}]}, labels)
+    assert selector_matches({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["x", "y"]}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}, labels)
+    assert not selector_matches({"matchLabels": {"tier": "y"}}, labels)
+    filled = fill_empty({"spec": {"schedulerName": "", "a": 1}}, {"spec": {"schedulerName": "s", "a": 2, "b": 3}})
+    assert filled == {"spec": {"schedulerName": "s", "a": 1, "b": 3}}  # fills empty fields, keeps set ones
+
+
+def test_platform_config_is_read_plain_or_from_its_configmap(tmp_path):
+    shipped = load_platform_config(REPO / "deploy" / "nuclio" / "platform.yaml")
+    configmap = tmp_path / "cm.yaml"
+    text = (REPO / "deploy" / "nuclio" / "platform.yaml").read_text()
+    configmap.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"},
+                                         "data": {"platform.yaml": text}}))
+    assert load_platform_config(configmap) == shipped
+    spec = shipped[0]["kubernetes"]["deployment"]["spec"]["template"]["spec"]
+    assert spec["schedulerName"] == SCHEDULER_NAME
+    (tmp_path / "bad.yaml").write_text("functionAugmentedConfigs: 3\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: functionAugmentedConfigs: expected a list"):
+        load_platform_config(tmp_path / "bad.yaml")
+    with pytest.raises(ValueError, match=r"none.yaml: No such file"):
+        load_platform_config(tmp_path / "none.yaml")
+
+
+# --------------------------------------------------------------------------- functions
+
+
+def test_create_answers_202_and_makes_a_pending_pod_for_coachs_scheduler(dashboard, core):
+    response = post(dashboard.url, function(), **{"X-Nuclio-Project-Name": "default"})
+    assert (response.status_code, response.content) == (202, b"")
+    pod = the_pod(core, "coach-mnist-worker-0")
+    assert pod.metadata.name.startswith("nuclio-coach-mnist-worker-0-")
+    assert pod.spec.scheduler_name == SCHEDULER_NAME and pod.spec.node_name is None
+    assert {**LABELS, NUCLIO_FUNCTION_LABEL: "coach-mnist-worker-0", "nuclio.io/class": "function",
+            "nuclio.io/project-name": "default"}.items() <= pod.metadata.labels.items()
+    assert pod.spec.containers[0].name == "nuclio" and pod.spec.containers[0].image == "coach:1"
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "configuringResources")
+    held = get(dashboard.url, "coach-mnist-worker-0").json()
+    assert held["status"] == {"state": "configuringResources"}
+    assert held["spec"]["waitReadinessTimeoutBeforeFailure"] is True  # the platform config's functionConfig
+    assert set(requests.get(f"{dashboard.url}/api/functions", timeout=5).json()) == {"coach-mnist-worker-0"}
+    listed = requests.get(f"{dashboard.url}/api/functions", headers={"X-Nuclio-Project-Name": "other"}, timeout=5)
+    assert listed.json() == {}
+
+
+def test_ready_once_bound_with_the_invocation_urls_of_its_host(dashboard, core):
+    held = ready(dashboard, core)
+    status = held["status"]
+    assert status["state"] == "ready"
+    assert status["internalInvocationUrls"] == [f"127.0.0.1:{status['httpPort']}"]
+    assert status["externalInvocationUrls"] == []
+    pod = the_pod(core, "coach-mnist-worker-0")
+    assert (pod.spec.node_name, pod.status.phase, pod.status.pod_ip) == ("node-1", "Running", "127.0.0.1")
+
+    response = invoke(dashboard.url, "coach-mnist-worker-0", {"x": [1, 2]}, **{"X-Nuclio-Path": "/teapot"})
+    assert response.status_code == 418 and response.json() == {"short": "stout"}  # the function's own status
+    response = invoke(dashboard.url, "coach-mnist-worker-0", {"x": [1, 2]})
+    assert response.status_code == 200
+    assert response.json()["body"] == {"x": [1, 2]} and response.json()["path"] == "/"
+    assert invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Coach-Token": "wrong"}).status_code == 403
+
+
+def test_the_host_gets_the_functions_env_and_token(dashboard, core, tmp_path):
+    ready(dashboard, core)
+    log = (tmp_path / "logs" / "mnist-worker-0.log")
+    assert log.exists()  # one log per function, named after its identity
+    held = get(dashboard.url, "coach-mnist-worker-0").json()
+    assert {"name": "COACH_FUNCTION_TOKEN", "value": TOKEN} in held["spec"]["env"]
+
+
+def test_conflicts_bad_bodies_and_unknown_projects(dashboard):
+    assert post(dashboard.url, function()).status_code == 202
+    response = post(dashboard.url, function())
+    assert response.status_code == 409 and response.json()["error"] == "Cannot create two functions with the same name"
+    response = requests.post(f"{dashboard.url}/api/functions", data=b"{not json", timeout=5)
+    assert response.status_code == 400 and response.json()["error"].startswith("Failed to parse JSON body")
+    assert post(dashboard.url, {"metadata": {}, "spec": {}}).json()["error"] == \
+        "Function name must be provided in metadata"
+    assert post(dashboard.url, function("Bad name!")).status_code == 400
+    no_image = function("f2")
+    del no_image["spec"]["image"]
+    assert post(dashboard.url, no_image).status_code == 400
+    response = post(dashboard.url, function("f3"), **{"X-Nuclio-Project-Name": "nope"})
+    assert response.status_code == 412 and response.json()["error"] == "Project does not exist"
+    created = requests.post(f"{dashboard.url}/api/projects", json={"metadata": {"name": "nope"}, "spec": {}},
+                            timeout=5)
+    assert created.status_code == 201
+    assert requests.post(f"{dashboard.url}/api/projects", json={"metadata": {"name": "nope"}},
+                         timeout=5).status_code == 409
+    assert post(dashboard.url, function("f3"), **{"X-Nuclio-Project-Name": "nope"}).status_code == 202
+
+
+def test_unknown_functions(dashboard):
+    response = get(dashboard.url, "nothing")
+    assert response.status_code == 404 and response.json()["error"] == "Function not found"
+    response = invoke(dashboard.url, "nothing")
+    assert response.status_code == 404
+    assert response.json()["error"] == "Failed to invoke function: Function not found: nothing @ default"
+    assert delete(dashboard.url, "nothing").status_code == 204  # the real dashboard's delete is idempotent
+
+
+def test_delete_kills_the_host_and_deletes_the_pod(dashboard, core):
+    held = ready(dashboard, core)
+    url = f"http://{held['status']['internalInvocationUrls'][0]}/"
+    assert requests.get(url, headers={"X-Coach-Token": TOKEN}, timeout=5).status_code == 200
+    response = delete(dashboard.url, "coach-mnist-worker-0")
+    assert (response.status_code, response.content) == (204, b"")
+    assert get(dashboard.url, "coach-mnist-worker-0").status_code == 404
+    assert not pods_of(core, "coach-mnist-worker-0")
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url, headers={"X-Coach-Token": TOKEN}, timeout=5)
+
+
+def test_a_function_being_provisioned_is_deleted_only_when_told_to_ignore_its_state(dashboard, core):
+    assert post(dashboard.url, function()).status_code == 202
+    response = delete(dashboard.url, "coach-mnist-worker-0")
+    assert response.status_code == 412
+    assert response.json()["error"] == "Function is being provisioned and cannot be deleted"
+    the_pod(core, "coach-mnist-worker-0")
+    response = delete(dashboard.url, "coach-mnist-worker-0",
+                      **{"X-Nuclio-Delete-Function-Ignore-State-Validation": "true"})
+    assert response.status_code == 204
+    wait_for(lambda: not pods_of(core, "coach-mnist-worker-0"), what="pod deleted")
+
+
+def test_invocations_before_ready_and_bad_timeouts(dashboard):
+    assert post(dashboard.url, function()).status_code == 202
+    response = invoke(dashboard.url, "coach-mnist-worker-0")
+    assert response.status_code == 500
+    assert response.json() == {"error": "Failed to invoke function: Invocation URL is required", "errorStackTrace": ""}
+    response = invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Nuclio-Invoke-Timeout": "ten seconds"})
+    assert response.status_code == 400 and response.json()["error"] == "Invalid invoke timeout"
+    response = requests.post(f"{dashboard.url}/api/function_invocations", json={}, timeout=5)
+    assert response.status_code == 400 and response.json()["error"] == "Function name must be provided"
+
+
+def test_invoke_timeout_and_a_host_that_dies(dashboard, core):
+    ready(dashboard, core)
+    started = time.monotonic()
+    response = invoke(dashboard.url, "coach-mnist-worker-0", {"model": {"path": "sleep:3"}},
+                      **{"X-Nuclio-Invoke-Timeout": "300ms"})
+    assert time.monotonic() - started < 2.5
+    assert response.status_code == 500 and "Client.Timeout exceeded while awaiting headers" in response.json()["error"]
+    response = invoke(dashboard.url, "coach-mnist-worker-0", {"model": {"path": "exit:"}})
+    assert response.status_code == 500 and response.json()["error"].endswith(": EOF")
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "unhealthy", what="unhealthy")
+    assert get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"] == "Function is not healthy"
+    response = invoke(dashboard.url, "coach-mnist-worker-0")
+    assert response.status_code == 500 and "connect: connection refused" in response.json()["error"]
+
+
+def test_a_host_that_cannot_start_is_an_error(dashboard, core):
+    assert post(dashboard.url, function(handler="no_such_module:handler")).status_code == 202
+    assert bind(core, the_pod(core, "coach-mnist-worker-0").metadata.name, "node-1") == 201
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "error", what="error")
+    message = get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"]
+    assert message.startswith("Failed to start the function: host did not become ready (see ")
+
+
+def test_no_token_no_host(dashboard, core):
+    body = function()
+    body["spec"]["env"] = []
+    assert post(dashboard.url, body).status_code == 202
+    assert bind(core, the_pod(core, "coach-mnist-worker-0").metadata.name, "node-1") == 201
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "error", what="error")
+    assert get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"] == \
+        "Failed to start the function: COACH_FUNCTION_TOKEN is not set"
+
+
+def test_readiness_timeout_makes_a_pending_function_unhealthy(dashboard, core):
+    assert post(dashboard.url, function(readinessTimeoutSeconds=1)).status_code == 202
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "unhealthy", timeout_s=5, what="unhealthy")
+    message = get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"]
+    assert message.startswith("Failed to wait for function resources to be available: pod nuclio-coach-mnist")
+
+
+def unschedulable(core, pod_name: str) -> None:
+    """What a scheduler writes on a pod it cannot place."""
+    body = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "0/3 nodes are available: gang waits"}]}}
+    response = core.patch_namespaced_pod_status(pod_name, "default", body, _preload_content=False,
+                                                _content_type="application/strategic-merge-patch+json")
+    response.release_conn()
+
+
+def test_unschedulable_fails_fast_unless_the_function_waits(kubeconfig, core, tmp_path):
+    plain = tmp_path / "platform.yaml"  # schedulerName only: no waitReadinessTimeoutBeforeFailure
+    plain.write_text(yaml.safe_dump({"functionAugmentedConfigs": [{
+        "labelSelector": {"matchExpressions": [{"key": "coach.io/job", "operator": "Exists"}]},
+        "kubernetes": {"deployment": {"spec": {"template": {"spec": {"schedulerName": SCHEDULER_NAME}}}}}}]}))
+    with FakeDashboard(kubeconfig, log_dir=tmp_path / "logs", platform_config=plain) as dash:
+        assert post(dash.url, function("waits", waitReadinessTimeoutBeforeFailure=True)).status_code == 202
+        assert post(dash.url, function("fails")).status_code == 202
+        for name in ("waits", "fails"):
+            unschedulable(core, the_pod(core, name).metadata.name)
+        wait_for(lambda: dash.state("fails") == "unhealthy", what="fails fast")
+        assert get(dash.url, "fails").json()["status"]["message"].endswith("is unschedulable")
+        assert dash.state("waits") == "configuringResources"
+        assert bind(core, the_pod(core, "waits").metadata.name, "node-1") == 201
+        wait_for(lambda: dash.state("waits") == "ready", what="waits, then ready")
+
+
+def test_fault_hooks(dashboard):
+    dashboard.fail_next("/api/functions", status=503, times=1)
+    response = post(dashboard.url, function())
+    assert response.status_code == 503 and response.json()["error"] == "injected failure"
+    assert post(dashboard.url, function()).status_code == 202  # used up
+    dashboard.hang("/api/functions", seconds=30)
+    with pytest.raises(requests.Timeout):
+        requests.get(f"{dashboard.url}/api/functions", timeout=0.3)
+    assert requests.get(f"{dashboard.url}/api/functions", timeout=5).status_code == 200
+
+
+@pytest.mark.integration  # a second Python that imports the kubernetes client: a few seconds
+def test_runs_alone_and_stops_on_sigterm(kubeconfig, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "coach.fakes.nuclio_dashboard", "--kubeconfig", str(kubeconfig), "--port", "0",
+         "--logs", str(tmp_path / "logs")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("READY http://127.0.0.1:"), line + process.stderr.read()
+        url = line.split()[1]
+        assert post(url, function()).status_code == 202
+        assert requests.get(f"{url}/api/functions/coach-mnist-worker-0", timeout=5).status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_bad_command_line_is_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "coach.fakes.nuclio_dashboard", "--kubeconfig",
+                             str(tmp_path / "missing"), "--logs", str(tmp_path)],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(f"--kubeconfig {tmp_path / 'missing'}: no such file")
