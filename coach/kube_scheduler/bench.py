@@ -15,6 +15,7 @@ Side effects: child processes, HTTP on loopback, a temporary kubeconfig.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -63,8 +64,8 @@ class BenchResult:
     create_seconds: float  # from the first pod's POST to the last pod's 201 (the load generator's pace)
     conflicts: int  # bindings answered 409 (must be 0)
     relists: int  # lists after the first (a watch that fell behind the history)
-    bind_latency_p50_s: float  # decision -> 201, median
-    bind_latency_p99_s: float
+    bind_latency_p50_s: float  # decision -> 201, median (a bucket's upper bound; inf beyond the last bucket)
+    bind_latency_p99_s: float  # the same, 99th percentile
     cpu_scheduler_s: float  # CPU seconds of this process (the scheduler) from the first POST to the end
     cpu_load_s: float  # CPU seconds of the load generator (its whole life: mostly the POSTs)
     cpu_apiserver_s: float | None  # CPU seconds of the apiserver's process, same window (None: in this process)
@@ -72,8 +73,8 @@ class BenchResult:
     def as_json(self) -> dict:
         out = asdict(self)
         for key, value in out.items():
-            if isinstance(value, float):
-                out[key] = round(value, 4)
+            if isinstance(value, float):  # standard JSON: a bound beyond the last bucket is null, never Infinity
+                out[key] = round(value, 4) if math.isfinite(value) else None
         return out
 
 
@@ -91,13 +92,13 @@ def bench_pods(pods: int) -> list[tuple[str, list[FunctionId]]]:
     return jobs
 
 
-def _pod(fid: FunctionId) -> dict:
+def pod_body(fid: FunctionId) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": fid.name, "labels": {**fid.labels, POD_GROUP_LABEL: fid.job}},
             "spec": {"schedulerName": SCHEDULER_NAME, "containers": [{"name": "function", "image": "coach:bench"}]}}
 
 
-def _group(job: str) -> dict:
+def group_body(job: str) -> dict:
     return {"apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}", "kind": PODGROUP_KIND,
             "metadata": {"name": job}, "spec": {"minMember": 3}}
 
@@ -157,10 +158,10 @@ class _Apiserver:
 #: CONNECTIONS keep-alive connections, prints {"first_s", "last_s", "failed"} (monotonic clock, system-wide).
 _LOAD = """
 import http.client, json, sys, threading, time
-from coach.kube_scheduler.bench import bench_pods, _pod
+from coach.kube_scheduler.bench import bench_pods, pod_body
 url, pods, connections = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 host, port = url.split("//")[1].split(":")
-bodies = [json.dumps(_pod(fid)) for _, ids in bench_pods(pods) for fid in ids]
+bodies = [json.dumps(pod_body(fid)) for _, ids in bench_pods(pods) for fid in ids]
 failed = []
 def post(k):
     conn = http.client.HTTPConnection(host, int(port))
@@ -213,7 +214,7 @@ def run_bench(nodes: int, pods: int, profile: str = "gang", slots_per_node: int 
                              for i in range(nodes)])
                 _create_all(pool, lambda body: finish(custom.create_namespaced_custom_object(
                     PODGROUP_GROUP, PODGROUP_VERSION, NAMESPACE, PODGROUP_PLURAL, body, _preload_content=False)),
-                    [_group(job) for job, _ in jobs])
+                    [group_body(job) for job, _ in jobs])
                 last = {"bound_s": 0.0}
                 lock = threading.Lock()
 

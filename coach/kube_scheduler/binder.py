@@ -80,8 +80,8 @@ class Binder:
         self._queue.put((pod, node, time.monotonic()))
 
     def busy(self) -> bool:
-        """Bindings are waiting or being sent."""
-        return self._in_flight > 0
+        """Bindings are waiting for a thread (more are queued than the threads can send at once)."""
+        return self._in_flight > len(self._threads)
 
     def stop(self) -> None:
         """Finish the bindings being sent, report the queued ones as not sent (the pods stay pending for the next

@@ -76,6 +76,13 @@ def run_bench_command(nodes: int, pods: int, profile: str, slots_per_node: int, 
     """`coach bench kube-scheduler`: print the result as one JSON line."""
     from coach.kube_scheduler.bench import run_bench
 
-    result = run_bench(nodes, pods, profile, slots_per_node=slots_per_node, seed=seed, apiserver=apiserver)
-    print(json.dumps(result.as_json()), flush=True)
+    try:
+        result = run_bench(nodes, pods, profile, slots_per_node=slots_per_node, seed=seed, apiserver=apiserver)
+    except ValueError as error:
+        print(f"coach bench kube-scheduler: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (RuntimeError, OSError) as error:  # the fake apiserver or the load generator did not come up
+        print(f"coach bench kube-scheduler: {error}".replace("\n", " ")[:1000], file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(result.as_json(), allow_nan=False), flush=True)
     return EXIT_OK if result.pods_bound == pods else EXIT_FAILED

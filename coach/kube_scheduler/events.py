@@ -3,8 +3,10 @@
 `ReasonTracker` (pure) decides which pods to tell: a pod is told once per reason, when its reason changes
 and has held for `delay_s` (so a job whose pods arrive over two watch batches does not produce an Event for
 the instant its second half was missing). `EventPoster` (a thread) writes the Events and the conditions.
-Like kube-scheduler's event broadcaster, it drops what it cannot keep up with rather than slow the scheduler
-down (it counts the drops), so binding never waits for an Event.
+Like kube-scheduler's event broadcaster it does not hold binding back: while bindings queue up (more than the
+binder's threads can send at once) each Event waits up to MAX_YIELD_S, so a burst of bindings goes first and
+its Events trail it; what does not fit the queue, or is still queued when the scheduler stops, is dropped and
+counted.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 #: Longest Event message, as kube's recorder cuts it.
 MAX_MESSAGE_CHARS = 1024
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-#: While bindings are in flight an Event waits, in steps of YIELD_S, at most MAX_YIELD_S.
-YIELD_S, MAX_YIELD_S = 0.01, 5.0
+#: While bindings queue up an Event waits, in steps of YIELD_S, at most MAX_YIELD_S.
+YIELD_S, MAX_YIELD_S = 0.01, 0.1
 
 
 class ReasonTracker:
@@ -105,7 +107,7 @@ class EventPoster:
         self._max_queued = max_queued  # beyond this, new items are dropped (counted)
         self._serial = itertools.count()
         self._on_drop, self._on_error = on_drop, on_error
-        self._busy = busy  # True while bindings wait: Events yield the CPU to them (see the module docstring)
+        self._busy = busy  # True while bindings queue up: Events yield the CPU to them (see the module docstring)
         self._give_up_at = float("inf")  # after stop(): monotonic time after which queued items are dropped
         self._thread = threading.Thread(target=self._run, name="coach-scheduler-events", daemon=True)
         self.posted = 0  # Events and patches written

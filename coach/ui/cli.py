@@ -261,6 +261,14 @@ def cmd_run(args) -> int:
     if refused:
         return _fail([f"{line} (--policy {args.policy})" for line in refused])
     site = _site(args)
+    if site.platform != "local":  # a job's name is its pods' label value and its PodGroup's name
+        import re
+
+        wrong = [f"{spec.source}: name: {spec.name!r} cannot name Kubernetes objects (at most 63 of a-z, 0-9, '-', "
+                 f"'.', starting and ending with a letter or digit) (--platform {site.platform})"
+                 for spec in specs if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?", spec.name)]
+        if wrong:
+            return _fail(wrong)
     checkpoints = args.checkpoints
     if checkpoints is not None:
         _check_store("--checkpoints", checkpoints)

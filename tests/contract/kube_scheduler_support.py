@@ -4,7 +4,6 @@ pods the way Coach's other parts do (labels, schedulerName), reads back what bec
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Iterable
 
 from kubernetes import client
@@ -13,20 +12,14 @@ from coach.domain.identity import FunctionId, functions_for
 from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
                                SCHEDULER_NAME, SLOTS_LABEL)
 from coach.kube_scheduler.rest import finish
+from tests import support
 
 NS = "default"
 
 
 def wait_for(what: str, condition: Callable[[], object], timeout_s: float = 10.0) -> object:
-    """Poll `condition` until it returns something true; AssertionError naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.02)
+    """tests.support.wait_for, with what is awaited named first (as these tests read best)."""
+    return support.wait_for(condition, timeout_s, what)
 
 
 class Kube:

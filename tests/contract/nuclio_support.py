@@ -6,7 +6,6 @@ scheduler (a binding POST).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +16,7 @@ from coach.domain.identity import ROLES
 from coach.domain.kube import NUCLIO_FUNCTION_LABEL
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.fakes.nuclio_dashboard import FakeDashboard
+from tests.support import wait_for  # noqa: F401 - the nuclio tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 HANDLER = "tests.contract.nuclio_handler:handler"
@@ -24,18 +24,6 @@ PLATFORM_CONFIG = REPO / "deploy" / "nuclio" / "platform.yaml"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition"):
-    """The first truthy value of `condition()`, polled until `timeout_s`; AssertionError after that."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s")
-        time.sleep(0.02)
 
 
 def pods_of(core: client.CoreV1Api, function: str, namespace: str = "default") -> list:

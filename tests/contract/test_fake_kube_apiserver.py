@@ -28,6 +28,7 @@ from coach.domain.identity import JOB_LABEL, ROLE_LABEL
 from coach.domain.kube import (LEASE_NAME, PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION,
                                POD_GROUP_LABEL, SCHEDULER_NAME)
 from coach.fakes.kube_apiserver import FakeApiServer
+from tests.support import stop_process
 
 NS = "default"
 BOOKMARK_INTERVAL_S = 0.2
@@ -730,11 +731,7 @@ def test_the_standalone_server_prints_ready_serves_and_stops_on_sigterm(tmp_path
         process.terminate()
         assert process.wait(timeout=HTTP_TIMEOUT_S) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
+        stop_process(process)
 
 
 def test_the_standalone_server_reports_a_taken_port_in_one_line(api):

@@ -23,6 +23,7 @@ from coach.fakes.nuclio_dashboard import (
 from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
     HANDLER, REPO, bind, core, dashboard, kubeconfig, pods_of, the_pod, wait_for,
 )
+from tests.support import stop_process
 
 TOKEN = "t0ken"
 LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist"}
@@ -307,11 +308,7 @@ def test_runs_alone_and_stops_on_sigterm(kubeconfig, tmp_path):
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
+        stop_process(process)
 
 
 def test_bad_command_line_is_one_line(tmp_path):

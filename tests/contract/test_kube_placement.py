@@ -6,10 +6,9 @@ schedulerName), and the tests bind pods through the binding subresource as `coac
 
 from __future__ import annotations
 
-import time
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import DEPLOY, Failure
@@ -18,6 +17,7 @@ from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.placement import kube
 from coach.placement.kube import KubePlacement
+from tests.support import kube_client, wait_for
 
 NS = "default"
 
@@ -61,10 +61,7 @@ def server():
 
 @pytest.fixture
 def api(server, tmp_path):
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")),
-                            client_configuration=cfg)
-    with client.ApiClient(cfg) as api_client:
+    with kube_client(server.write_kubeconfig(tmp_path / "kubeconfig")) as api_client:
         yield api_client
 
 
@@ -77,13 +74,7 @@ def bind(core: client.CoreV1Api, fid: FunctionId, node: str) -> None:
 
 
 def eventually(predicate, timeout_s: float = 10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
+    return wait_for(predicate, timeout_s, "placement")
 
 
 def test_submit_creates_the_podgroup_then_the_pods_and_poll_sees_the_scheduler_bindings(api):

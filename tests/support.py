@@ -1,0 +1,40 @@
+"""Helpers the test folders share: waiting on a condition with a deadline, stopping a child process, a client of
+the official `kubernetes` package for a kubeconfig."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from kubernetes import client, config
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:
+    """The first truthy value of `condition()`, polled until `timeout_s`; AssertionError naming `what` after that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(0.02)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """Kill `process` if it still runs, reap it and close its pipes (a test never leaves one behind)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def kube_client(kubeconfig: str | Path) -> client.ApiClient:
+    """An ApiClient configured from `kubeconfig`, as Coach's own parts build theirs (close it when done)."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
