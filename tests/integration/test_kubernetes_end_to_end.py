@@ -74,8 +74,10 @@ class NodeLoad(threading.Thread):
 
 
 def records(run_dir: Path, job: str) -> list[dict]:
+    """The job's log lines so far; only whole lines (the controller may be writing the last one right now)."""
     path = run_dir / f"{job}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
 def test_lenet_trains_to_its_target_on_kubernetes_and_a_scheduler_restart_loses_and_repeats_no_binding(
@@ -120,7 +122,8 @@ def test_lenet_trains_to_its_target_on_kubernetes_and_a_scheduler_restart_loses_
 
         assert wait_until(lambda: "FailedScheduling" in described() and "coach-scheduler" in described(), 30), \
             described()
-        assert "Unschedulable" in described() or "gang" in described(), described()
+        why = described()  # the plugins' reason: no free slot on the node, or the gang's
+        assert any(reason in why for reason in ("nodes are available", "gang", "deadlock")), why
         run.join(timeout=600)
         assert not run.is_alive(), "the run did not finish in 10 minutes"
     finally:
