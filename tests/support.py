@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kubernetes import client, config
+from kubernetes import client
+
+from coach.placement.kube_connect import connect
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:
@@ -35,6 +37,6 @@ def stop_process(process: subprocess.Popen) -> None:
 
 def kube_client(kubeconfig: str | Path) -> client.ApiClient:
     """An ApiClient configured from `kubeconfig`, as Coach's own parts build theirs (close it when done)."""
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return client.ApiClient(configuration)
+    api, problem = connect(str(kubeconfig))
+    assert api is not None, problem
+    return api

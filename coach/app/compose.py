@@ -54,12 +54,14 @@ class Site:
 
 
 def kube_api(site: Site):
-    """An API client of the official `kubernetes` package for the site's kubeconfig."""
-    from kubernetes import client, config
+    """An API client of the official `kubernetes` package for the site's kubeconfig; ValueError (one line) when
+    the kubeconfig is not usable."""
+    from coach.placement.kube_connect import connect
 
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=site.kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
+    api, problem = connect(site.kubeconfig)
+    if api is None:
+        raise ValueError(problem)
+    return api
 
 
 SITE_CHECK_TIMEOUT_S = 5.0
@@ -69,21 +71,18 @@ def check_site(site: Site) -> str | None:
     """None when the site's dashboard and kube-apiserver answer now; else one line naming the option and what
     failed. Checked once before any job starts, so a typo is an error, not a run of requeued jobs."""
     import requests
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
+    from coach.placement.kube_connect import connect, reachable
+
+    api, problem = connect(site.kubeconfig)
+    if api is None:
+        return problem
     try:
-        api = kube_api(site)
-    except Exception as error:  # noqa: BLE001 - the kubeconfig loader raises many kinds (ConfigException, YAML...)
-        return f"--kubeconfig: {site.kubeconfig}: not a usable kubeconfig ({type(error).__name__}: {error})"
-    try:
-        client.CoreV1Api(api).list_node(limit=1, _request_timeout=SITE_CHECK_TIMEOUT_S)
-    except ApiException as error:
-        return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver answered HTTP {error.status} {error.reason}"
-    except Exception as error:  # noqa: BLE001 - urllib3 errors: refused, timeout, TLS
-        return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver does not answer ({type(error).__name__})"
+        problem = reachable(api)
     finally:
         api.close()
+    if problem is not None:
+        return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver does not answer ({problem})"
     try:
         response = requests.get(f"{site.dashboard}/api/functions", timeout=SITE_CHECK_TIMEOUT_S,
                                 headers={"X-Nuclio-Function-Namespace": site.namespace})

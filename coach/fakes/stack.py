@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kubernetes import client, config
+from kubernetes import client
 
 from coach.domain.cluster import ClusterSpec
 from coach.domain.kube import SLOTS_LABEL
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.fakes.nuclio_dashboard import FakeDashboard
 from coach.fakes.s3 import LoopbackS3
+from coach.placement.kube_connect import connect
 
 BUCKET = "coach-checkpoints"
 STOP_GRACE_S = 10.0
@@ -76,9 +77,9 @@ class LoopbackStack:
         return self
 
     def _add_nodes(self) -> None:
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)
-        with client.ApiClient(cfg) as api:
+        api, problem = connect(str(self.kubeconfig))
+        assert api is not None, problem  # the kubeconfig the fake apiserver just wrote
+        with api:
             core = client.CoreV1Api(api)
             for node in self.cluster.nodes:
                 core.create_node(client.V1Node(

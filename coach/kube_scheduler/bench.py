@@ -31,7 +31,7 @@ from kubernetes import client
 from coach.domain.identity import FunctionId, Role
 from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
                                SCHEDULER_NAME, SLOTS_LABEL)
-from coach.kube_scheduler.connect import connect
+from coach.placement.kube_connect import connect
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.rest import finish, read_json
 

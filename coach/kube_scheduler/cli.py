@@ -30,7 +30,7 @@ def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_name
                   identity: str | None, lease_duration_s: float, metrics_host: str = "0.0.0.0") -> int:
     """`coach scheduler`: schedule until Ctrl-C or SIGTERM; the exit code."""
     from coach.domain.kube import LEASE_NAME
-    from coach.kube_scheduler.connect import connect, reachable
+    from coach.placement.kube_connect import connect, reachable
     from coach.kube_scheduler.loop import Config, KubeScheduler, default_identity
 
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are ours to report, in one line

@@ -16,7 +16,7 @@ from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.kube import FAILED_SCHEDULING, LEASE_NAME, SCHEDULER_NAME
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.kube_scheduler import watch
-from coach.kube_scheduler.connect import connect
+from coach.placement.kube_connect import connect
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.watch import Change
 from tests.contract.kube_scheduler_support import NS, Kube, wait_for

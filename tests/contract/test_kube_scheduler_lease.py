@@ -9,7 +9,7 @@ from kubernetes import client
 
 from coach.domain.kube import LEASE_NAME
 from coach.fakes.kube_apiserver import FakeApiServer
-from coach.kube_scheduler.connect import connect
+from coach.placement.kube_connect import connect
 from coach.kube_scheduler.leader import LeaseElector
 from tests.contract.kube_scheduler_support import NS, wait_for
 

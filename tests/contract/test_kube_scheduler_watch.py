@@ -10,7 +10,7 @@ from kubernetes import client
 
 from coach.domain.kube import SCHEDULER_NAME
 from coach.fakes.kube_apiserver import FakeApiServer
-from coach.kube_scheduler.connect import connect
+from coach.placement.kube_connect import connect
 from coach.kube_scheduler.watch import Change, Informer, Replace
 from tests.contract.kube_scheduler_support import NS, Kube, wait_for
 

@@ -16,7 +16,7 @@ import requests
 
 from coach.domain.kube import LEASE_NAME
 from coach.fakes.kube_apiserver import FakeApiServer
-from coach.kube_scheduler.connect import connect
+from coach.placement.kube_connect import connect
 from tests.contract.kube_scheduler_support import NS, Kube, wait_for
 
 pytestmark = pytest.mark.integration

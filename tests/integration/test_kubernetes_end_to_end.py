@@ -21,7 +21,7 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from coach.app.compose import Site
 from coach.app.run import run_jobs
@@ -31,6 +31,7 @@ from coach.fakes.stack import BUCKET, LoopbackStack
 from coach.files.jobs import load_job
 
 from tests.integration.conftest import MODELS, wait_until
+from tests.support import kube_client
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +50,7 @@ def stack(tmp_path, monkeypatch):
 
 
 def core_api(stack: LoopbackStack) -> tuple[client.ApiClient, client.CoreV1Api]:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(stack.kubeconfig), client_configuration=cfg)
-    api = client.ApiClient(cfg)
+    api = kube_client(stack.kubeconfig)
     return api, client.CoreV1Api(api)
 
 

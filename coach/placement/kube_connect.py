@@ -1,6 +1,8 @@
 """An ApiClient from a kubeconfig, and whether the apiserver answers: errors as one-line values, never raised.
 
-Side effects: reads the kubeconfig; `reachable` sends one request.
+The one way every Kubernetes part of Coach reaches an apiserver: `coach run --platform nuclio` (its placement
+and its platform), `coach scheduler`, and the loopback stack. Side effects: reads the kubeconfig; `reachable`
+sends one request.
 """
 
 from __future__ import annotations
