@@ -374,6 +374,16 @@ def subparser(sub, name: str, **options) -> argparse.ArgumentParser:
     return sub.add_parser(name, formatter_class=argparse.RawDescriptionHelpFormatter, **options)
 
 
+def _cluster_size_options(parser: argparse.ArgumentParser, nodes: int, pods: int, verb: str) -> None:
+    """--nodes, --pods and --slots-per-node of a benchmark's synthetic cluster, with their bounds."""
+    parser.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=nodes, metavar="N",
+                        help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
+    parser.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=pods, metavar="P",
+                        help=f"pods to {verb}, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
+    parser.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
+                        help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="coach", description="Serverless job handler for distributed DL training",
                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -441,12 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = subparser(sub, "bench", help="benchmarks").add_subparsers(dest="what", required=True, metavar="WHAT")
     bench_scheduler = subparser(bench, "scheduler", help="pods placed per second by a scheduler profile",
                                 epilog=EXIT_CODES)
-    bench_scheduler.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=7500, metavar="N",
-                                 help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
-    bench_scheduler.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=20000, metavar="P",
-                                 help=f"pods to place, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
-    bench_scheduler.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
-                                 help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
+    _cluster_size_options(bench_scheduler, nodes=7500, pods=20000, verb="place")
     bench_scheduler.add_argument("--scheduler", choices=sorted(PROFILES), default="gang",
                                  help="scheduler_fork profile (default: %(default)s)")
     bench_scheduler.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
@@ -454,12 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
     bench_kube = subparser(bench, "kube-scheduler", epilog=EXIT_CODES,
                            help="pods bound per second by `coach scheduler` through the fake kube-apiserver")
-    bench_kube.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=5000, metavar="N",
-                            help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
-    bench_kube.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=10000, metavar="P",
-                            help=f"pods to bind, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
-    bench_kube.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
-                            help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
+    _cluster_size_options(bench_kube, nodes=5000, pods=10000, verb="bind")
     bench_kube.add_argument("--profile", choices=sorted(PROFILES), default="gang",
                             help="scheduler_fork profile (default: %(default)s)")
     bench_kube.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
