@@ -317,5 +317,8 @@ def test_metrics_and_healthz_answer(kube, start, fake, monkeypatch):
     assert (health.status_code, health.text) == (200, "ok")
     monkeypatch.setattr(watch, "STALE_AFTER_S", 0.2)
     fake.stop()  # the watches die with it
-    wait_for("/healthz to fail", lambda: requests.get(f"{base}/healthz").status_code == 503)
-    assert requests.get(f"{base}/healthz").text == "not watching: nodes, podgroups, pods"
+    # each watch notices on its own clock: wait until all three are reported, then check the answer whole
+    wait_for("/healthz to name every watch", lambda: requests.get(f"{base}/healthz").text.endswith("pods")
+             and requests.get(f"{base}/healthz").text.count(",") == 2)
+    health = requests.get(f"{base}/healthz")
+    assert (health.status_code, health.text) == (503, "not watching: nodes, podgroups, pods")
