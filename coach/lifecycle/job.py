@@ -225,7 +225,7 @@ class JobLifecycle:
             return self._finish(now_s, "budget")
         fraction = self.spec.calibration_fraction
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,
-                         {"calibration_step": number, "data_fraction": fraction})
+                         {"calibration_step": number, "data_fraction": fraction, "predicted_cost": predicted})
         self._decision = {}
         self._show("calibration", f"running step {number}/{len(self.calibration)} at {workers}/{servers}")
         if self.submitted:  # placed for an earlier step

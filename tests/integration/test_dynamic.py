@@ -59,8 +59,11 @@ def test_the_budget_is_never_spent_on_an_epoch_predicted_unaffordable(tmp_path, 
             predicted = r["decision"]["predicted_epoch_cost"]
             assert predicted <= job.budget - spent_before + 1e-12  # started only what it could afford
             errors.append(abs(r["cost"] - predicted))
+        elif r["phase"] == "calibration":  # a calibration step starts only when its prediction (the last step's cost, scaled) is affordable
+            assert r["predicted_cost"] <= job.budget - spent_before + 1e-12
+            errors.append(abs(r["cost"] - r["predicted_cost"]))
         spent_before = r["cumulative_cost"]
-    # total cost stays within the budget plus at most one epoch's prediction error
+    # total cost stays within the budget plus at most one step's prediction error (issue 13 caps it by time)
     assert records[-1]["cumulative_cost"] <= job.budget + max(errors, default=0.0)
     assert report.summary["jobs"][job.name]["stop_reason"] == "budget"
     assert report.exit_code == 0

@@ -245,6 +245,8 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
     used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
     costs = {1: COST_11, 2: COST_12, 3: COST_21, 4: COST_22}
+    # each step predicted before it starts: the floor first, then the last step's cost scaled by slots
+    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3, 3: COST_12 * 4 / 4, 4: COST_21 * 5 / 4}
     cumulative = 0.0
     for step in (1, 2, 3, 4):
         call = invoke(used[step], epoch=0, step=step, tag=f"calibration-{step}",
@@ -255,7 +257,8 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
         cumulative += costs[step]
         record = trained(used[step], epoch=0, loss=4.0 - step, cost=costs[step], cumulative=cumulative, end=now,
                          tag=f"calibration-{step}", phase="calibration",
-                         extra={"calibration_step": step, "data_fraction": 0.125})
+                         extra={"calibration_step": step, "data_fraction": 0.125,
+                                "predicted_cost": predicted[step]})
         assert out[:2] == [WriteRecord(record), PruneCheckpoints(ckpt(f"calibration-{step}"))]
         assert len(out) == 3
     assert out[-1] == AskPolicy()
@@ -395,7 +398,8 @@ def test_a_retried_calibration_step_keeps_its_step_fields_on_the_retry_line():
     assert out == [invoke(F21, epoch=0, step=1, tag="calibration-1", load=None, fraction=0.25)]
     out = d.send(failed(T0 + 10))
     assert out == [WriteRecord(retry_line(T0 + 10, attempt=1, cost=6.0, cumulative=6.0, will_retry=True, epoch=0,
-                                          extra={"calibration_step": 1, "data_fraction": 0.25})),
+                                          extra={"calibration_step": 1, "data_fraction": 0.25,
+                                                 "predicted_cost": 4 * MIN_EPOCH_S * 0.5})),
                    WaitUntil(T0 + 10.5)]
 
 
@@ -560,7 +564,8 @@ def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overs
     out = d.send(epoch_done(out[0], T0 + 12, 2.0))
     first = WriteRecord(trained((SCHED, S0, W0), epoch=0, loss=2.0, cost=COST_11, cumulative=COST_11, end=T0 + 12,
                                 tag="calibration-1", phase="calibration", budget=budget,
-                                extra={"calibration_step": 1, "data_fraction": 0.25}))
+                                extra={"calibration_step": 1, "data_fraction": 0.25,
+                                       "predicted_cost": 3 * MIN_EPOCH_S * 0.5}))
     if stops:
         assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
                        WriteRecord(line("stopped", epoch=0, at=T0 + 12, cost=0.0, cumulative=12.5, workers=2,
