@@ -147,7 +147,7 @@ def loss_plot(logs: Mapping[str, Sequence[Mapping]], path: Path) -> Path:
 
 
 def _epoch_records(records: Sequence[Mapping]) -> list[Mapping]:
-    return [r for r in records if r.get("phase") in ("calibration", "training") and r.get("start")]
+    return [r for r in records if r.get("phase") in ("calibration", "training", "simulated") and r.get("start")]
 
 
 def allocation_plot(logs: Mapping[str, Sequence[Mapping]], started: str, path: Path) -> Path:
@@ -195,5 +195,44 @@ def cost_plot(logs: Mapping[str, Sequence[Mapping]], budgets: Mapping[str, float
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("money")
     ax.set_title("Cost against budget")
+    _legend(ax)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def utilization_plot(samples: Sequence[tuple[float, float]], path: Path, title: str = "Cluster utilization") -> Path:
+    """Share of the cluster's GPUs held by training jobs, a step per scheduling round, against hours."""
+    figure, (ax,) = _figure()
+    if samples:
+        ax.step([t_s / 3600 for t_s, _ in samples], [share * 100 for _, share in samples], where="post")
+        ax.set_ylim(0, 105)
+    else:
+        _nothing(ax, "no rounds")
+    ax.set_xlabel("hours since the first arrival")
+    ax.set_ylabel("GPUs training (%)")
+    ax.set_title(title)
+    return _save(figure, path)
+
+
+def jct_cdf_plot(sides: Sequence[tuple[str, Sequence[float]]], path: Path, title: str = "JCT distribution") -> Path:
+    """Empirical CDF of job completion times (hours, log axis), one line per side."""
+    figure, (ax,) = _figure()
+    drawn = False
+    for label, samples in sides:
+        ordered = sorted(s / 3600 for s in samples if s > 0)
+        if ordered:
+            drawn = True
+            ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
+            ax.step(ordered, ys, where="post", label=f"{label} (n={len(ordered)})")
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+    else:
+        _nothing(ax, "no job completed")
+    ax.set_xlabel("JCT (hours)")
+    ax.set_ylabel("share of jobs")
+    ax.set_title(title)
     _legend(ax)
     return _save(figure, path)

@@ -491,7 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.set_defaults(func=cmd_scheduler)
 
     from coach.ui.analysis_cli import add_commands
+    from coach.ui.simulate_cli import add_commands as add_simulate
 
+    add_simulate(sub, subparser, EXIT_CODES)
     add_commands(sub, subparser, EXIT_CODES)
     return parser
 

@@ -1,0 +1,342 @@
+"""The cluster simulator's clock: scheduling rounds in simulated time. Pure apart from the progress callback.
+
+Every round (`interval_s`, 60 s as in the Pollux evaluation): arrived jobs join; the policy grants GPUs and batch
+sizes; jobs whose grant changed get their replicas resubmitted to scheduler_fork (coach.simulator.placement);
+the scheduler binds; a job whose replicas are all bound trains at its goodput (throughput x statistical
+efficiency at its placement and batch size) after a restart delay; a partly placed job holds its GPUs without
+training. When the scheduler reports a deadlock, a deadlocked job gives its GPUs back after Coach's placement
+timeout and asks again, up to Coach's MAX_REQUEUES times (then it stops as unschedulable); a partly placed job
+that only waits for running jobs to end keeps its place.
+
+Time to finish on a fixed allocation is the integral of 1/goodput over the remaining progress (efficiency rises
+as training goes on), so a policy that never changes a running job (`elastic` False) is simulated event by
+event: rounds in which nothing arrives, finishes or waits on a timeout are skipped without changing any answer.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from coach.domain.cluster import ClusterSpec
+from coach.lifecycle.job import MAX_REQUEUES
+from coach.simulator.placement import ReplicaPlacement
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, Policy
+from coach.simulator.workloads import SimJob
+
+RESTART_S = 30.0  # a (re)started job's replicas load the checkpoint before training (see the README's sources)
+PLACEMENT_TIMEOUT_S = 30.0  # Coach's lifecycle: a job without its quorum this long gives its pods back
+INTEGRAL_POINTS = 9  # samples of 1/goodput over the remaining progress of a fixed allocation
+
+
+@dataclass
+class JobRun:
+    """One job's simulated life; what the results are written from."""
+
+    spec: SimJob
+    app: AppModel
+    total_progress: float
+    budget: float | None  # money the job may spend; None for no limit
+    progress: float = 0.0
+    attained_gpu_s: float = 0.0
+    spent: float = 0.0
+    grant: Grant | None = None
+    running: bool = False
+    nodes: Mapping[str, int] = field(default_factory=dict)  # node -> replicas while running
+    rate: float = 0.0  # M0-samples per second while running
+    train_from_s: float = 0.0  # when the current segment starts making progress (after the restart delay)
+    updated_s: float = 0.0  # progress is accounted up to here
+    finish_at_s: float = math.inf
+    partial_since_s: float | None = None  # partly placed since
+    started_s: float | None = None
+    finished_s: float | None = None
+    stop_reason: str | None = None
+    restarts: int = 0
+    requeues: int = 0  # placement timeouts (Coach's lifecycle stops a job after MAX_REQUEUES of them)
+    held_gpu_s: float = 0.0  # GPU-seconds held by replicas of a job that could not run (partly placed)
+    deadlocked: bool = False  # ever part of a scheduler deadlock
+    segments: list[dict] = field(default_factory=list)  # one per placement the job trained on
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Outcome:
+    jobs: list[JobRun]
+    makespan_s: float
+    rounds: int  # rounds simulated (skipped ones not counted)
+    events: int  # arrivals, grants, bindings, completions and releases handled
+    utilization: list[tuple[float, float]]  # (simulated s, share of GPUs training) at every simulated round
+    deadlocks: int  # rounds in which the scheduler reported a deadlock
+
+
+class Simulator:
+    """One simulation: a workload, a cluster, a policy and a scheduler profile."""
+
+    def __init__(self, jobs: Sequence[SimJob], apps: Mapping[str, AppModel], totals: Mapping[str, float],
+                 cluster: ClusterSpec, policy: Policy, profile: str, interval_s: float = 60.0, seed: int = 0,
+                 budgets: Mapping[str, float] | None = None, restart_s: float = RESTART_S,
+                 on_round: Callable[[float, int], None] | None = None):
+        self.cluster = cluster
+        self.policy = policy
+        self.interval_s = interval_s
+        self.restart_s = restart_s
+        self.placement = ReplicaPlacement(cluster, profile, seed)
+        self.node_gpus = tuple(node.slots for node in cluster.nodes)
+        self.total_gpus = sum(self.node_gpus)
+        self.gpus_per_node = max(self.node_gpus)
+        self.price_of = {node.name: node.price_per_slot_s for node in cluster.nodes}
+        self.price_per_gpu_s = max(self.price_of.values())
+        self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
+        self.runs = {j.name: JobRun(j, apps[j.app], totals[j.name], (budgets or {}).get(j.name)) for j in jobs}
+        self.active: dict[str, JobRun] = {}  # arrived, unfinished, in arrival order
+        self.waiting: dict[str, JobRun] = {}  # active without a grant (what a non-elastic policy is asked about)
+        self.partial: dict[str, JobRun] = {}  # partly placed jobs
+        self.stuck = False  # the scheduler reported a deadlock in the last round
+        self.finishing: list[tuple[float, str]] = []  # (finish time, job) of running jobs; stale entries skipped
+        self.training_gpus = 0  # GPUs of running jobs
+        self.on_round = on_round
+        self.events = 0
+        self.rounds = 0
+        self.deadlocks = 0
+        self.utilization: list[tuple[float, float]] = []
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        now_s = 0.0
+        next_arrival = 0
+        jobs = self.pending
+        while next_arrival < len(jobs) or self.active:
+            if not self.active and next_arrival < len(jobs):  # an idle cluster: jump to the next arrival's round
+                now_s = max(now_s, self._round_at(jobs[next_arrival].arrival_s))
+            self._advance(now_s)
+            while next_arrival < len(jobs) and jobs[next_arrival].arrival_s <= now_s:
+                self._arrive(jobs[next_arrival], now_s)
+                next_arrival += 1
+            self._decide(now_s)
+            self._place(now_s)
+            self.rounds += 1
+            self.utilization.append((now_s, self.training_gpus / self.total_gpus if self.total_gpus else 0.0))
+            if self.on_round is not None:
+                self.on_round(now_s, len(jobs) - next_arrival + len(self.active))
+            now_s = self._next_round(now_s, jobs[next_arrival].arrival_s if next_arrival < len(jobs) else None)
+        finished = [r.finished_s for r in self.runs.values() if r.finished_s is not None]
+        return Outcome(list(self.runs.values()), max(finished, default=0.0), self.rounds, self.events,
+                       self.utilization, self.deadlocks)
+
+    def _round_at(self, t_s: float) -> float:
+        """The first round boundary at or after t_s."""
+        return math.ceil(t_s / self.interval_s - 1e-9) * self.interval_s
+
+    def _next_round(self, now_s: float, next_arrival_s: float | None) -> float:
+        following = now_s + self.interval_s
+        if self.policy.elastic or self.stuck or not self.placement.settled:
+            return following
+        while self.finishing and self._stale(self.finishing[0]):
+            heapq.heappop(self.finishing)
+        soonest = min(self.finishing[0][0] if self.finishing else math.inf,
+                      math.inf if next_arrival_s is None else next_arrival_s)
+        if not math.isfinite(soonest):
+            return following  # nothing will happen by itself: keep rounds going
+        return max(following, self._round_at(soonest))
+
+    def _stale(self, entry: tuple[float, str]) -> bool:
+        run = self.runs[entry[1]]
+        return not run.running or run.finish_at_s != entry[0]
+
+    # ---- progress ------------------------------------------------------------------------------------------------
+
+    def _advance(self, now_s: float) -> None:
+        """Account progress, service and money up to now_s; finish the jobs that got there."""
+        if self.policy.elastic:
+            for run in list(self.active.values()):
+                if run.running:
+                    self._account(run, min(now_s, run.finish_at_s))
+                    if run.finish_at_s <= now_s:
+                        self._finish(run, run.finish_at_s, "completed")
+                    else:
+                        self._set_rate(run)
+        else:  # only the jobs due: the others' progress is accounted when they finish
+            while self.finishing and self.finishing[0][0] <= now_s:
+                entry = heapq.heappop(self.finishing)
+                if not self._stale(entry):
+                    run = self.runs[entry[1]]
+                    self._account(run, entry[0])
+                    self._finish(run, entry[0], "completed")
+        for run in self.partial.values():
+            run.held_gpu_s += self.placement.bound(run.name) * (now_s - run.updated_s)
+            run.updated_s = now_s
+
+    def _account(self, run: JobRun, until_s: float) -> None:
+        if until_s <= run.updated_s:
+            return
+        gpus = run.grant.gpus if run.grant else 0
+        elapsed_s = until_s - run.updated_s
+        training_s = max(0.0, until_s - max(run.updated_s, run.train_from_s))
+        run.progress = min(run.total_progress, run.progress + run.rate * training_s)
+        run.attained_gpu_s += gpus * elapsed_s
+        cost = elapsed_s * sum(self.price_of[node] * n for node, n in run.nodes.items())
+        run.spent += cost
+        run.updated_s = until_s
+        if run.segments:
+            run.segments[-1]["end_s"] = until_s
+            run.segments[-1]["cost"] += cost
+
+    def _set_rate(self, run: JobRun) -> None:
+        """Goodput on the current placement; the finish time it implies (and the budget's end, if sooner)."""
+        grant = run.grant
+        assert grant is not None
+        nodes = len(run.nodes)
+        remaining = run.total_progress - run.progress
+        if remaining <= 0:
+            run.rate, run.finish_at_s = 0.0, run.updated_s
+            return
+        start_s = max(run.updated_s, run.train_from_s)
+        if self.policy.elastic:  # re-decided every round: the goodput at the current progress
+            run.rate = run.app.throughput(grant.gpus, nodes, grant.batch) * run.app.efficiency(grant.batch,
+                                                                                             run.progress)
+            run.finish_at_s = start_s + remaining / run.rate if run.rate > 0 else math.inf
+        else:  # fixed until the job ends: integrate 1/goodput over the remaining progress
+            points = np.linspace(run.progress, run.total_progress, INTEGRAL_POINTS)
+            throughput = run.app.throughput(grant.gpus, nodes, grant.batch)
+            inverse = [1.0 / max(throughput * run.app.efficiency(grant.batch, float(p)), 1e-300) for p in points]
+            duration_s = float(np.trapz(inverse, points)) if throughput > 0 else math.inf
+            run.rate = remaining / duration_s if duration_s > 0 else 0.0
+            run.finish_at_s = start_s + duration_s
+        if run.budget is not None:  # never spend more than the budget: stop when it runs out
+            price_s = sum(self.price_of[node] * n for node, n in run.nodes.items())
+            left_s = (run.budget - run.spent) / price_s if price_s > 0 else math.inf
+            if run.updated_s + left_s < run.finish_at_s:
+                run.finish_at_s = run.updated_s + max(left_s, 0.0)
+                run.segments[-1]["budget_end_s"] = run.finish_at_s
+        if not self.policy.elastic and math.isfinite(run.finish_at_s):
+            heapq.heappush(self.finishing, (run.finish_at_s, run.name))
+
+    # ---- arrivals, decisions, placement ----------------------------------------------------------------------------
+
+    def _arrive(self, job: SimJob, now_s: float) -> None:
+        run = self.runs[job.name]
+        self.events += 1
+        run.updated_s = now_s
+        if job.gpus > self.total_gpus:
+            self._finish(run, now_s, f"unschedulable: needs {job.gpus} GPUs, the cluster has {self.total_gpus}",
+                         active=False)
+            return
+        self.active[job.name] = run
+        self.waiting[job.name] = run
+        self.placement.register(job.name)
+
+    def _view(self, run: JobRun) -> JobView:
+        spec, grant = run.spec, run.grant
+        remaining = math.inf if run.budget is None else run.budget - run.spent
+        return JobView(spec.name, spec.arrival_s, run.app, spec.gpus, spec.batch, run.progress, run.total_progress,
+                       run.attained_gpu_s, grant.gpus if grant and run.running else 0,
+                       grant.batch if grant else spec.batch, remaining,
+                       min(self.total_gpus, max(spec.gpus, getattr(run.app, "max_gpus", self.total_gpus))))
+
+    def _decide(self, now_s: float) -> None:
+        asked = self.active if self.policy.elastic else self.waiting
+        if not asked:
+            return
+        snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s,
+                                   tuple(self._view(r) for r in asked.values()))
+        grants = self.policy.allocate(snapshot)
+        for name, run in list(asked.items()):
+            grant = grants.get(name)
+            if grant == run.grant:
+                continue
+            if grant is not None and grant.gpus < 1:
+                grant = None
+            self._stop_segment(run, now_s)
+            run.grant = grant
+            self.events += 1
+            if grant is None:
+                self.placement.release(name)
+                self.waiting[name] = run
+            else:
+                self.placement.submit(name, grant.gpus)
+                self.waiting.pop(name, None)
+
+    def _stop_segment(self, run: JobRun, now_s: float) -> None:
+        if run.running:
+            self._account(run, now_s)
+            run.restarts += 1
+            self.training_gpus -= run.grant.gpus
+        run.running = False
+        run.nodes = {}
+        run.rate = 0.0
+        run.finish_at_s = math.inf
+        run.partial_since_s = None
+        self.partial.pop(run.name, None)
+        run.updated_s = now_s
+
+    def _place(self, now_s: float) -> None:
+        placement = self.placement
+        touched = placement.schedule(now_s)
+        self.events += len(touched)
+        for name in sorted(touched):
+            run = self.active.get(name)
+            if run is None or run.running or run.grant is None:
+                continue
+            if placement.bound(name) >= run.grant.gpus:
+                self.partial.pop(name, None)
+                self._start(run, now_s)
+            elif name not in self.partial:
+                run.partial_since_s = now_s
+                self.partial[name] = run
+        if not self.partial:
+            self.stuck = False
+            return
+        stuck = set(placement.deadlocked(now_s))
+        self.stuck = bool(stuck)
+        if stuck:
+            self.deadlocks += 1
+        for run in list(self.partial.values()):
+            if run.name not in stuck:  # waiting for running jobs to end: it keeps its place (and its GPUs)
+                continue
+            run.deadlocked = True
+            if now_s - run.partial_since_s >= PLACEMENT_TIMEOUT_S:  # give the GPUs back, ask again
+                run.partial_since_s = None
+                del self.partial[run.name]
+                run.requeues += 1
+                self.events += 1
+                if run.requeues > MAX_REQUEUES:
+                    self._finish(run, now_s, f"unschedulable: no quorum after {MAX_REQUEUES} placement timeouts")
+                else:
+                    placement.submit(run.name, run.grant.gpus)
+
+    def _start(self, run: JobRun, now_s: float) -> None:
+        run.running = True
+        self.training_gpus += run.grant.gpus
+        run.partial_since_s = None
+        run.nodes = dict(self.placement.nodes_of(run.name))
+        run.updated_s = now_s
+        run.train_from_s = now_s + self.restart_s
+        if run.started_s is None:
+            run.started_s = now_s
+        run.segments.append({"start_s": now_s, "end_s": now_s, "gpus": run.grant.gpus, "batch": run.grant.batch,
+                             "nodes": dict(sorted(run.nodes.items())), "cost": 0.0})
+        self._set_rate(run)
+        self.events += 1
+
+    def _finish(self, run: JobRun, at_s: float, reason: str, active: bool = True) -> None:
+        if run.budget is not None and reason == "completed" and run.progress < run.total_progress:
+            reason = "budget"
+        run.finished_s = at_s
+        run.stop_reason = reason
+        if run.running:
+            self.training_gpus -= run.grant.gpus
+        run.running = False
+        if active:
+            self.partial.pop(run.name, None)
+            self.active.pop(run.name, None)
+            self.waiting.pop(run.name, None)
+            self.placement.release(run.name)
+        self.events += 1

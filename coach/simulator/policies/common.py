@@ -1,0 +1,77 @@
+"""Small helpers every policy shares: packing, batch limits, grant checks. Pure.
+
+Why it exists: the policies differ in who gets how many GPUs, not in how a GPU count becomes a legal Grant;
+keeping that in one place means every policy respects the same application limits.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView
+
+
+def packed_nodes(gpus: int, gpus_per_node: int) -> int:
+    """Nodes `gpus` replicas span when packed onto as few nodes as possible (placement is the engine's job)."""
+    if gpus <= 0:
+        return 0
+    return -(-gpus // max(gpus_per_node, 1))
+
+
+def batch_bounds(app: AppModel, gpus: int) -> tuple[int, int]:
+    """Smallest and largest legal total batch on `gpus` GPUs: [max(init, gpus), max(max_batch, gpus)].
+
+    A per-GPU batch above max_local_batch is legal: the GPU accumulates gradients over several micro-batches, as
+    the Pollux artifact does (for Pollux's own batch choice and for the user's batch on fewer GPUs) and as the
+    application model prices it (slower steps). Policies that must stay in GPU memory use `memory_bounds`.
+    """
+    high = max(app.max_batch, gpus)
+    low = min(max(app.init_batch, gpus), high)
+    return low, high
+
+
+def memory_bounds(app: AppModel, gpus: int) -> tuple[int, int]:
+    """Like `batch_bounds`, but every GPU holds its whole share at once: at most max_local_batch per GPU."""
+    low, high = batch_bounds(app, gpus)
+    high = max(min(high, app.max_local_batch * gpus), gpus)
+    return min(low, high), high
+
+
+def fit_batch(app: AppModel, gpus: int, batch: int) -> int:
+    """`batch` moved into the legal range for `gpus` GPUs (e.g. beyond max_batch, or fewer than one per GPU)."""
+    low, high = batch_bounds(app, gpus)
+    return min(max(int(batch), low), high)
+
+
+def gpu_cap(job: JobView, total_gpus: int) -> int:
+    """The most GPUs a job may get this round: its own limit, never more than the cluster."""
+    return max(min(job.max_gpus, total_gpus), 0)
+
+
+def requested_gpus(job: JobView, total_gpus: int) -> int:
+    """What the user asked for, capped so that a job asking for more than the cluster can still run."""
+    return max(min(job.requested_gpus, gpu_cap(job, total_gpus)), 1)
+
+
+def requested_grant(job: JobView, gpus: int) -> Grant:
+    """`gpus` GPUs at the user's batch size (fitted to the GPUs): what non-batch-tuning policies grant."""
+    return Grant(gpus, fit_batch(job.app, gpus, job.requested_batch))
+
+
+def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False) -> None:
+    """Raise ValueError naming the first grant that breaks the Policy contract (tests and the engine use it).
+    `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster."""
+    jobs = {job.name: job for job in snapshot.jobs}
+    total = 0
+    for name, grant in grants.items():
+        job = jobs.get(name)
+        if job is None:
+            raise ValueError(f"grant for unknown job {name!r}")
+        if grant.gpus < 1 or grant.gpus > job.max_gpus:
+            raise ValueError(f"job {name!r}: gpus {grant.gpus} outside [1, {job.max_gpus}]")
+        low, high = batch_bounds(job.app, grant.gpus)
+        if not low <= grant.batch <= high:
+            raise ValueError(f"job {name!r}: batch {grant.batch} outside [{low}, {high}] on {grant.gpus} GPUs")
+        total += grant.gpus
+    if total > snapshot.total_gpus and not queued:
+        raise ValueError(f"grants total {total} GPUs > {snapshot.total_gpus} in the cluster")

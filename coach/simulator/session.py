@@ -1,0 +1,104 @@
+"""One `coach simulate`: read the workload, the applications' traces and the cluster, simulate, name the run.
+
+The edge of the simulator: files are read here and nowhere below. Everything that decides (policies, placement,
+the engine) receives plain data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from coach.domain.cluster import ClusterSpec, NodeSpec
+from coach.files.cluster import load_cluster
+from coach.simulator.apps import job_total_progress, load_apps
+from coach.simulator.engine import Outcome, Simulator
+from coach.simulator.policies import POLICIES
+from coach.simulator.workloads import SimJob, WorkloadError, load_workload
+
+#: Money per GPU-second of a `--cluster NxG` node: 3 per GPU-hour, an on-demand cloud GPU's order of magnitude.
+PRICE_PER_GPU_S = 3.0 / 3600
+SHAPE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,3})")
+MAX_SHAPE_GPUS = 1_000_000
+
+
+class SimulationInputError(ValueError):
+    """A one-line problem with an input of `coach simulate` (file and field named)."""
+
+
+def cluster_from(argument: str) -> ClusterSpec:
+    """`16x4` (16 nodes of 4 GPUs) or a cluster file (the format of `coach run --cluster`: slots are GPUs)."""
+    shape = SHAPE.fullmatch(argument)
+    if shape:
+        nodes, gpus = int(shape[1]), int(shape[2])
+        if nodes * gpus > MAX_SHAPE_GPUS:
+            raise SimulationInputError(f"--cluster: {argument}: at most {MAX_SHAPE_GPUS} GPUs")
+        return ClusterSpec(argument, tuple(NodeSpec(f"n{i:02d}", gpus, PRICE_PER_GPU_S) for i in range(nodes)),
+                           source=f"--cluster {argument}")
+    if re.fullmatch(r"[0-9]+x[0-9]+", argument):
+        raise SimulationInputError(f"--cluster: {argument}: expected NODESxGPUS with 1..99999 nodes and 1..9999 GPUs")
+    return load_cluster(argument)
+
+
+def traces_dir_for(workload: Path, traces: Path | None) -> Path:
+    """Where the applications' traces are: --traces, else beside the workload (`traces/` of the Pollux layout)."""
+    candidates = [traces] if traces is not None else [workload.parent, workload.parent.parent / "traces"]
+    for candidate in candidates:
+        if candidate is not None and (candidate / "cifar10" / "placements.csv").is_file():
+            return candidate
+    where = traces if traces is not None else workload.parent.parent / "traces"
+    raise SimulationInputError(f"{where}: (traces): no application traces here (expected <app>/placements.csv); "
+                               f"give the folder with --traces")
+
+
+@dataclass(frozen=True)
+class Settings:
+    workload: Path
+    cluster: ClusterSpec
+    policy: str
+    scheduler: str
+    interval_s: float = 60.0
+    seed: int = 0
+    traces: Path | None = None
+    budget_factor: float | None = None  # each job may spend this many times its cost at its request; None: no limit
+
+    @property
+    def run_id(self) -> str:
+        """Deterministic, so that the same command writes the same summary."""
+        return f"sim-{self.workload.stem}-{self.policy}-{self.scheduler}-s{self.seed}"
+
+    def as_dict(self) -> dict:
+        return {"workload": str(self.workload), "cluster": self.cluster.name, "gpus": self.cluster.total_slots,
+                "policy": self.policy, "scheduler": self.scheduler, "interval_s": self.interval_s, "seed": self.seed,
+                "budget_factor": self.budget_factor}
+
+
+def _budgets(jobs: list[SimJob], apps, totals, price_per_gpu_s: float, factor: float, gpus_per_node: int) -> dict:
+    """factor x what the job costs on its own request, packed, at its own batch size (mid-way efficiency)."""
+    budgets = {}
+    for job in jobs:
+        app = apps[job.app]
+        nodes = -(-job.gpus // gpus_per_node)
+        goodput = app.throughput(job.gpus, nodes, job.batch) * app.efficiency(job.batch, totals[job.name] / 2)
+        seconds = totals[job.name] / goodput if goodput > 0 else 0.0
+        budgets[job.name] = factor * price_per_gpu_s * job.gpus * seconds
+    return budgets
+
+
+def simulate(settings: Settings, on_round: Callable[[float, int], None] | None = None) -> tuple[Outcome, int]:
+    """Run the simulation; (outcome, number of jobs). WorkloadError / SimulationInputError for bad input."""
+    jobs = load_workload(settings.workload, seed=settings.seed)
+    apps = load_apps(traces_dir_for(settings.workload, settings.traces))
+    unknown = sorted({job.app for job in jobs} - set(apps))
+    if unknown:
+        raise WorkloadError(f"{settings.workload}: application: no traces for {', '.join(unknown)}")
+    totals = {job.name: job_total_progress(job, apps[job.app]) for job in jobs}
+    cluster = settings.cluster
+    price = max(node.price_per_slot_s for node in cluster.nodes)
+    budgets = None if settings.budget_factor is None else _budgets(
+        jobs, apps, totals, price, settings.budget_factor, max(node.slots for node in cluster.nodes))
+    simulator = Simulator(jobs, apps, totals, cluster, POLICIES[settings.policy](settings.seed), settings.scheduler,
+                          settings.interval_s, settings.seed, budgets, on_round=on_round)
+    return simulator.run(), len(jobs)

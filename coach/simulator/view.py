@@ -1,0 +1,94 @@
+"""What a cluster-simulator policy sees and answers: plain data, no clock, no I/O.
+
+A policy is asked once per scheduling round with a `ClusterSnapshot` and answers a `Grant` (GPUs and total batch
+size) for every job it wants to run; a job it leaves out gets nothing this round (it waits, or is preempted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol
+
+
+class AppModel(Protocol):
+    """How one application trains, from its measured traces (coach.simulator.apps)."""
+
+    name: str
+    init_batch: int  # M0: the batch size that progress is counted in (statistical efficiency 1)
+    max_batch: int  # the largest total batch size the application may use
+    max_local_batch: int  # the largest batch one GPU holds
+
+    def throughput(self, gpus: int, nodes: int, batch: int) -> float:
+        """Samples per second with `gpus` replicas over `nodes` nodes at total batch size `batch` (0 if 0 GPUs)."""
+        ...
+
+    def efficiency(self, batch: int, progress: float) -> float:
+        """Statistical efficiency in (0, 1] of `batch` against `init_batch` at this progress (M0-samples done)."""
+        ...
+
+    def best_batch(self, gpus: int, nodes: int, progress: float) -> tuple[int, float]:
+        """(total batch size, goodput in M0-samples/s) that maximises goodput on this allocation."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One active (arrived, unfinished) job, as a policy sees it."""
+
+    name: str
+    arrival_s: float  # simulated seconds since the start of the workload
+    app: AppModel
+    requested_gpus: int  # what the user asked for (the workload's num_replicas)
+    requested_batch: int  # the user's total batch size
+    progress: float  # M0-samples done so far
+    total_progress: float  # M0-samples to finish
+    attained_gpu_s: float  # GPU-seconds the job has held so far (Tiresias's attained service)
+    gpus: int  # GPUs it holds now (0: waiting)
+    batch: int  # its current total batch size
+    remaining_budget: float  # money left (the `coach` policy spends within it); inf when unlimited
+    max_gpus: int  # the most GPUs it may use (its app's and the user's limits)
+
+    @property
+    def remaining_progress(self) -> float:
+        return max(self.total_progress - self.progress, 0.0)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    now_s: float  # simulated seconds since the start of the workload
+    node_gpus: tuple[int, ...]  # GPUs of every node
+    price_per_gpu_s: float  # money per GPU-second
+    interval_s: float  # the length of a scheduling round
+    jobs: tuple[JobView, ...]  # active jobs in arrival order (ties: by name)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.node_gpus)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max(self.node_gpus, default=0)
+
+
+@dataclass(frozen=True)
+class Grant:
+    gpus: int  # >= 1
+    batch: int  # total batch size, >= gpus
+
+
+class Policy(Protocol):
+    """Decides every round; may keep its own deterministic state between rounds (round-robin's turn).
+
+    An elastic policy sees every active job each round and its grants fit the cluster. A rigid one (`elastic`
+    False, like `fifo`) is asked only about jobs without a grant, and its grants are requests that queue at the
+    scheduler, as live: they may exceed the free GPUs, and the scheduler profile decides who runs first."""
+
+    elastic: bool  # True when it may change a running job's GPUs (rounds cannot be skipped)
+
+    def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
+        """GPUs and batch size for the jobs to run; see the class docstring for the total."""
+        ...
+
+
+#: A policy's constructor: seed -> a fresh Policy for one simulation.
+PolicyFactory = Callable[[int], Policy]

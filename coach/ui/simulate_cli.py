@@ -1,0 +1,131 @@
+"""`coach simulate`: a workload through a scheduling policy on a simulated GPU cluster, in seconds.
+
+Parses options, shows progress, prints the statistics; coach.simulator.session does the work.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from coach.files.cluster import ClusterFileError
+from coach.ui.errors import fail, integer, number
+
+MAX_SEED = 2**32 - 1
+MAX_INTERVAL_S = 86_400.0
+MAX_BUDGET_FACTOR = 1000.0
+REFRESH_S = 0.1  # the progress bar is redrawn at most this often
+
+
+def _unique_dir(base: Path, run_id: str) -> Path:
+    """results/<run_id>, or -2, -3...: an earlier run's folder is never written over."""
+    candidate, n = base / run_id, 1
+    while candidate.exists():
+        n += 1
+        candidate = base / f"{run_id}-{n}"
+    return candidate
+
+
+def cmd_simulate(args) -> int:
+    from coach.simulator import results
+    from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
+    from coach.simulator.workloads import WorkloadError
+    from coach.simulator.apps import AppTraceError
+
+    results_dir = Path(args.results)
+    if results_dir.exists() and not results_dir.is_dir():
+        return fail([f"{args.results}: (--results): not a folder"])
+    try:
+        cluster = cluster_from(args.cluster)
+    except SimulationInputError as error:
+        return fail([str(error)])
+    except ClusterFileError as error:
+        return fail(error.lines)
+    profile = args.scheduler
+    settings = Settings(Path(args.workload), cluster, args.policy, profile, args.interval, args.seed,
+                        Path(args.traces) if args.traces else None, args.budget_factor)
+    progress, on_round = _progress(args.quiet)
+    started = time.perf_counter()
+    try:
+        outcome, count = simulate(settings, on_round)
+    except (WorkloadError, SimulationInputError, AppTraceError) as error:
+        return fail([str(error)])
+    finally:
+        if progress is not None:
+            progress.stop()
+    elapsed_s = time.perf_counter() - started
+    run_dir = _unique_dir(results_dir, settings.run_id)
+    summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+    if args.quiet:
+        print(run_dir)
+        return 0
+    stats = summary["stats"]
+    hours = lambda s: "-" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
+    print(f"{count} jobs, policy {args.policy}, scheduler {profile}, cluster {cluster.name} "
+          f"({cluster.total_slots} GPUs): {stats['completed']} completed in {elapsed_s:.1f} s "
+          f"({count / max(elapsed_s, 1e-9):.0f} jobs/s, {stats['events'] / max(elapsed_s, 1e-9):.0f} events/s)")
+    print(f"avg JCT {hours(stats['avg_jct_s'])}, median {hours(stats['median_jct_s'])}, "
+          f"p99 {hours(stats['p99_jct_s'])}, makespan {hours(stats['makespan_s'])}, "
+          f"utilization {stats['utilization'] * 100 if stats['utilization'] is not None else 0:.1f}%")
+    print(f"deadlocked jobs {stats['deadlocked_jobs']}, GPU-hours held by jobs that could not run "
+          f"{stats['held_gpu_hours']:.2f}, restarts {stats['restarts']}")
+    print(f"results: {run_dir}")
+    return 0
+
+
+def _progress(quiet: bool):
+    """A rich progress bar on stderr (jobs finished), or nothing with --quiet."""
+    if quiet:
+        return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
+                        TimeElapsedColumn(), TextColumn("{task.fields[clock]}"),
+                        console=Console(file=sys.stderr), transient=True)
+    state = {"task": None, "total": 0, "shown_s": 0.0}
+
+    def on_round(now_s: float, left: int) -> None:
+        if state["task"] is None:
+            state["total"] = left
+            state["task"] = progress.add_task("simulate", total=left, clock="")
+            progress.start()
+        wall_s = time.monotonic()
+        if wall_s - state["shown_s"] >= REFRESH_S or left == 0:
+            state["shown_s"] = wall_s
+            progress.update(state["task"], completed=state["total"] - left,
+                            clock=f"simulated {now_s / 3600:.1f} h")
+
+    return progress, on_round
+
+
+def add_commands(sub, subparser, epilog: str) -> None:
+    from coach.simulator.policies import POLICIES
+    from scheduler_fork import PROFILES
+
+    simulate = subparser(sub, "simulate", epilog=epilog,
+                         help="simulate a workload of GPU jobs under a scheduling policy (Pollux workloads, Philly)")
+    simulate.add_argument("workload", metavar="WORKLOAD",
+                          help="a workload CSV (name,time,application,num_replicas,batch_size) or the Philly trace "
+                               "(timestamp,duration,num_gpus,gpu_time,cluster)")
+    simulate.add_argument("--cluster", default="16x4", metavar="NxG|FILE",
+                          help="N nodes of G GPUs, or a cluster file whose slots are GPUs (default: %(default)s)")
+    simulate.add_argument("--policy", required=True, choices=sorted(POLICIES),
+                          help="scheduling policy (required, no default)")
+    simulate.add_argument("--scheduler", choices=sorted(PROFILES), default="gang",
+                          help="scheduler_fork profile that places the replicas (default: %(default)s)")
+    simulate.add_argument("--interval", type=number(1.0, MAX_INTERVAL_S), default=60.0, metavar="S",
+                          help=f"seconds between scheduling rounds, 1 <= S <= {MAX_INTERVAL_S:g} (default: %(default)g)")
+    simulate.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
+                          help=f"seed (ties, the Philly application mapping), 0 <= N <= {MAX_SEED} (default: %(default)s)")
+    simulate.add_argument("--traces", metavar="DIR",
+                          help="folder of the applications' traces (<app>/placements.csv...) (default: the workload's "
+                               "folder, or traces/ beside its folder)")
+    simulate.add_argument("--budget-factor", type=number(1.0, MAX_BUDGET_FACTOR), metavar="F",
+                          help=f"give every job a budget of F times its cost at its own request, 1 <= F <= "
+                               f"{MAX_BUDGET_FACTOR:g}; no job spends more (default: no budget)")
+    simulate.add_argument("--results", default="results", metavar="DIR",
+                          help="folder for results; the run goes to DIR/<run id>/ (default: %(default)s)")
+    simulate.add_argument("--quiet", action="store_true", help="print only the results folder (default: off)")
+    simulate.set_defaults(func=cmd_simulate)
