@@ -54,8 +54,11 @@ def _finish_per_epoch(figure, ax, path, ylabel: str, title: str):
     return _save(figure, path)
 
 
+MAX_LEGEND_ENTRIES = 16  # more (a simulated run's hundreds of jobs) would crowd out the axes: no legend then
+
+
 def _legend(ax) -> None:
-    if ax.get_legend_handles_labels()[0]:
+    if 0 < len(ax.get_legend_handles_labels()[0]) <= MAX_LEGEND_ENTRIES:
         ax.legend(fontsize="small")
 
 

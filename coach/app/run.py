@@ -30,7 +30,7 @@ from coach.drivers.core import Ports
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import LiveDriver
 from coach.lifecycle import events as ev
-from coach.lifecycle.job import NORMAL_ENDINGS, JobLifecycle
+from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
 from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
@@ -82,9 +82,12 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
              scheduler: str = "gang", run_id: str | None = None, placement_timeout_s: float = 30.0,
              platform_factory: Callable[[Path, str], Platform] | None = None,
              policy: str = DEFAULT_POLICY, stop_event: threading.Event | None = None,
-             checkpoints: str | None = None, site: Site = Site()) -> RunReport:
+             checkpoints: str | None = None, site: Site = Site(),
+             first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> RunReport:
     """A new run of every job, concurrently, in `results_root/<run-id>/`; setting `stop_event` stops it.
-    `checkpoints` is the store's URL (None: the run folder's `checkpoints/`), checked by the caller."""
+    `checkpoints` is the store's URL (None: the run folder's `checkpoints/`), checked by the caller.
+    `first_requeue_backoff_s` (not recorded; a resume uses the default) lets tests of the requeue bound
+    wait less."""
     config = RunConfig(scheduler=scheduler, policy=policy, placement_timeout_s=placement_timeout_s,
                        checkpoints=checkpoints, platform=site.platform, placement=PLACEMENT_OF[site.platform],
                        site=site)
@@ -100,7 +103,8 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
         "jobs": [spec.to_dict() for spec in specs]})
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
     return _execute(run_id, run_dir, started_s, cluster, config, view,
-                    [(spec, None) for spec in specs], outcomes, platform_factory, stop_event)
+                    [(spec, None) for spec in specs], outcomes, platform_factory, stop_event,
+                    first_requeue_backoff_s)
 
 
 class ResumeError(Exception):
@@ -218,7 +222,8 @@ def _summary_says_finished(outcome: JobOutcome, before: dict) -> bool:
 
 def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,
              jobs: Sequence[tuple[JobSpec, History | None]], outcomes: dict[str, JobOutcome],
-             platform_factory, stop_event: threading.Event | None = None) -> RunReport:
+             platform_factory, stop_event: threading.Event | None = None,
+             first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> RunReport:
     """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
     token = secrets.token_hex(16)
     if platform_factory is None:
@@ -242,8 +247,8 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
         placement = PLACEMENTS[config.placement](cluster, config.scheduler, platform, config.site)
         ports = Ports(placement=placement, platform=platform,
                       store=checkpoint_store(store_url(config, run_dir)), sinks=sinks, view=shown)
-        lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s)
-                      for spec, _ in jobs]
+        lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s,
+                                   first_requeue_backoff_s) for spec, _ in jobs]
         view_of_cluster = ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
         stop = stop_event or threading.Event()
         driver = LiveDriver(lifecycles, policy, view_of_cluster, ports, ThreadFanOut(), finished, stop_event=stop)

@@ -79,9 +79,10 @@ def retry_backoff_s(attempt: int) -> float:
     return min(RETRY_BACKOFF_S * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S)
 
 
-def requeue_backoff_s(requeues: int) -> float:
-    """Wait before submitting again after the `requeues`-th requeue: 1 s, 2 s, 4 s, ... at most 30 s."""
-    return min(REQUEUE_BACKOFF_S * 2 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
+def requeue_backoff_s(requeues: int, first_s: float = REQUEUE_BACKOFF_S) -> float:
+    """Wait before submitting again after the `requeues`-th requeue: 1 s, 2 s, 4 s, ... at most 30 s (by default;
+    `first_s` is the first wait)."""
+    return min(first_s * 2 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
 
 
 class Awaiting(str, Enum):
@@ -112,11 +113,13 @@ class JobLifecycle:
     """The decisions of one job. `handle(event)` returns the commands to carry out, in order."""
 
     def __init__(self, spec: JobSpec, run_id: str, cluster: ClusterSpec,
-                 calibration: tuple[tuple[int, int], ...] = (), placement_timeout_s: float = 30.0):
+                 calibration: tuple[tuple[int, int], ...] = (), placement_timeout_s: float = 30.0,
+                 first_requeue_backoff_s: float = REQUEUE_BACKOFF_S):
         self.spec = spec
         self.run_id = run_id
         self.calibration = calibration  # the policy's calibration points for this job
         self.placement_timeout_s = placement_timeout_s
+        self.first_requeue_backoff_s = first_requeue_backoff_s  # wait after the first requeue; doubles per requeue
         self._total_slots = cluster.total_slots
         self._prices = {node.name: node.price_per_slot_s for node in cluster.nodes}
         self._max_price = max(self._prices.values())  # predictions stay conservative
@@ -319,7 +322,7 @@ class JobLifecycle:
                               {"reason": why, "requeue": self.requeues, "placed": placed}))
         if self.requeues > MAX_REQUEUES:
             return out + self._finish(now_s, f"unschedulable: no quorum after {self.requeues} tries: {why}")
-        backoff_s = requeue_backoff_s(self.requeues)
+        backoff_s = requeue_backoff_s(self.requeues, self.first_requeue_backoff_s)
         self._show("requeued", f"{why}; retry in {backoff_s:g} s")
         self.submitted = ()
         return out + self._wait(now_s + backoff_s, "resubmit")

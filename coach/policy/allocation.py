@@ -221,14 +221,17 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
             fixed[index] = (BUDGET, f"(1,1) predicted epoch cost {_money(start_cost)} > "
                                     f"per-epoch budget {_money(demand.per_epoch_budget)}")
 
-    # 2. growth, the largest relative gain across all jobs first
-    while True:
+    # 2. growth, the largest relative gain across all jobs first. A job's steps change only when it grows (free
+    # slots matter only once none is left, which ends the growth), so each job's best step is kept until then.
+    def candidate(index: int) -> _Step | None:
+        best = more_useful([step for step in steps(index, *counts[index], free) if step.excluded_by is None])
+        return best if best is not None and worth(best) else None
+
+    best_of = {index: candidate(index) for index in range(len(demands)) if index not in fixed}
+    while free >= 1:
         chosen: tuple[int, _Step] | None = None
-        for index in range(len(demands)):
-            if index in fixed:
-                continue
-            best = more_useful([step for step in steps(index, *counts[index], free) if step.excluded_by is None])
-            if best is not None and worth(best) and (chosen is None or best.gain > chosen[1].gain):
+        for index, best in best_of.items():  # in job order: a tie keeps the earlier job
+            if best is not None and (chosen is None or best.gain > chosen[1].gain):
                 chosen = (index, best)
         if chosen is None:
             break
@@ -236,6 +239,7 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
         workers, servers = counts[index]
         counts[index] = (workers + 1, servers) if step.kind == WORKER else (workers, servers + 1)
         free -= 1
+        best_of[index] = candidate(index)
 
     # 3. why each job stopped, told by its more useful step
     result: dict[str, Allocation] = {}

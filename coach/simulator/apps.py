@@ -18,11 +18,12 @@ Reading the traces is the only side effect (load_app/load_apps); everything else
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ _OVERRIDES: dict[str, dict[str, int]] = {
 }
 APP_NAMES = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 _EPS = 1e-8
+_GRID_POINTS = 48  # per-GPU batches at which an unmeasured (nodes, replicas) shape is interpolated once
 _MAX_NODES_MEASURED = 16  # scalability.csv goes up to 16 nodes; more nodes are taken as 16 (as Pollux)
 _BEST_BATCH_CANDIDATES = 64  # per-GPU batch sizes tried, geometrically spaced (Pollux tries 50 total batch sizes)
 
@@ -150,19 +152,24 @@ class StepTimes:
     perf: PerfParams  # the fitted model, for what was not measured
     fit_error: float  # median relative error of the fitted model's step time over all measurements
     interpolation_error: float  # the same for the interpolated table (placements of one shape differ)
+    sampled: set = field(default_factory=set)  # (nodes, replicas) shapes whose line was sampled from `scattered`
 
     def step_and_sync_s(self, nodes: int, replicas: int, local_batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         local_batch = np.asarray(local_batch, dtype=float)
         step = np.full(local_batch.shape, np.nan)
         sync = np.full(local_batch.shape, np.nan)
-        line = self.lines.get((nodes, replicas))
+        shape = (nodes, replicas)
+        if shape not in self.lines and self.scattered is not None:
+            self.lines[shape] = self._scattered_line(nodes, replicas)
+            self.sampled.add(shape)
+        line = self.lines.get(shape)
         if line is not None:
             batches, steps, syncs = line
             inside = (local_batch >= batches[0]) & (local_batch <= batches[-1])
             step = np.where(inside, np.interp(local_batch, batches, steps), np.nan)
             sync = np.where(inside, np.interp(local_batch, batches, syncs), np.nan)
         missing = np.isnan(step)
-        if missing.any() and self.scattered is not None:
+        if missing.any() and self.scattered is not None and shape not in self.sampled:
             query = np.column_stack([np.full(int(missing.sum()), float(min(nodes, _MAX_NODES_MEASURED))),
                                      np.full(int(missing.sum()), float(replicas)), local_batch[missing]])
             found = self.scattered(query)
@@ -173,6 +180,20 @@ class StepTimes:
             step[missing] = model_step
             sync[missing] = model_step - compute_time_s(self.perf, local_batch[missing])
         return step, sync
+
+
+    def _scattered_line(self, nodes: int, replicas: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """An unmeasured (nodes, replicas): the scattered interpolation sampled once on a grid of per-GPU batches
+        (the measured range, geometric), kept as a line. One triangulation query per shape instead of one per
+        call (each costs milliseconds); in between, linear in the per-GPU batch as measured shapes are."""
+        batches = np.unique(np.round(np.geomspace(self.points[:, 2].min(), self.points[:, 2].max(), _GRID_POINTS)))
+        query = np.column_stack([np.full(len(batches), float(min(nodes, _MAX_NODES_MEASURED))),
+                                 np.full(len(batches), float(replicas)), batches])
+        found = self.scattered(query)
+        inside = ~np.isnan(found[:, 0])
+        if inside.sum() < 2:
+            return None
+        return batches[inside], found[inside, 0], found[inside, 1]
 
 
 def build_step_times(nodes: np.ndarray, replicas: np.ndarray, local_batch: np.ndarray, step_s: np.ndarray,
@@ -232,6 +253,8 @@ class App:
         self.max_progress = max_progress  # M0-samples to finish (the last traced epoch of progress)
         self._best: dict[tuple[int, int, int], tuple[int, float]] = {}
         self._speeds: dict[tuple[int, int, int], float] = {}  # (gpus, nodes, batch) -> samples/s
+        self._efficiencies: dict[tuple[int, int], float] = {}  # (batch, epoch) -> efficiency
+        self._epoch_starts = [float(x) for x in grads.epoch_starts]
 
     def __repr__(self) -> str:
         return (f"App({self.name!r}, init_batch={self.init_batch}, max_batch={self.max_batch}, "
@@ -263,14 +286,18 @@ class App:
 
     def epoch(self, progress: float) -> int:
         """The epoch of progress whose gradient statistics apply (the last one past the end)."""
-        index = int(np.searchsorted(self.grads.epoch_starts, progress, side="right")) - 1
-        return min(max(index, 0), len(self.grads.epoch_starts) - 1)
+        index = bisect.bisect_right(self._epoch_starts, progress) - 1  # a list: bisect beats numpy on one value
+        return min(max(index, 0), len(self._epoch_starts) - 1)
 
     def efficiency(self, batch: int, progress: float) -> float:
         """E(M) vs M0 in (0, 1]; 1 at or below M0 (Pollux never runs below M0)."""
         if batch <= 0:
             raise ValueError(f"{self.name}: batch must be >= 1, got {batch}")
-        return float(self._efficiency(np.asarray(float(batch)), self.epoch(progress)))
+        key = (batch, self.epoch(progress))
+        found = self._efficiencies.get(key)
+        if found is None:  # pure: computed once per (batch, epoch of progress)
+            found = self._efficiencies[key] = float(self._efficiency(np.asarray(float(batch)), key[1]))
+        return found
 
     def _efficiency(self, batch: np.ndarray, epoch: int) -> np.ndarray:
         # Linear in batch size between the two validated batch sizes around it (as Pollux), clamped at the ends.

@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
-
 from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
@@ -122,6 +120,8 @@ class Simulator:
                 next_arrival += 1
             self._decide(now_s)
             self._place(now_s)
+            if next_arrival == len(jobs) and self._idle_for_good():
+                self._give_up(now_s)
             self.rounds += 1
             self.utilization.append((now_s, self.training_gpus / self.total_gpus if self.total_gpus else 0.0))
             if self.on_round is not None:
@@ -130,6 +130,17 @@ class Simulator:
         finished = [r.finished_s for r in self.runs.values() if r.finished_s is not None]
         return Outcome(list(self.runs.values()), max(finished, default=0.0), self.rounds, self.events,
                        self.utilization, self.deadlocks)
+
+    def _idle_for_good(self) -> bool:
+        """No job runs, none has replicas waiting at the scheduler, none arrives, and the policy granted nothing:
+        nothing can change any more (no policy decides differently on an idle cluster where time alone passes)."""
+        return bool(self.active) and not self.training_gpus and not self.partial and not self.placement.pending \
+            and all(run.grant is None for run in self.active.values())
+
+    def _give_up(self, now_s: float) -> None:
+        for run in list(self.active.values()):
+            reason = "budget" if run.budget is not None else "unschedulable: the policy never granted it GPUs"
+            self._finish(run, now_s, reason)
 
     def _round_at(self, t_s: float) -> float:
         """The first round boundary at or after t_s."""
@@ -204,10 +215,8 @@ class Simulator:
                                                                                              run.progress)
             run.finish_at_s = start_s + remaining / run.rate if run.rate > 0 else math.inf
         else:  # fixed until the job ends: integrate 1/goodput over the remaining progress
-            points = np.linspace(run.progress, run.total_progress, INTEGRAL_POINTS)
             throughput = run.app.throughput(grant.gpus, nodes, grant.batch)
-            inverse = [1.0 / max(throughput * run.app.efficiency(grant.batch, float(p)), 1e-300) for p in points]
-            duration_s = float(np.trapz(inverse, points)) if throughput > 0 else math.inf
+            duration_s = _seconds_to_finish(run.app, throughput, grant.batch, run.progress, run.total_progress)
             run.rate = remaining / duration_s if duration_s > 0 else 0.0
             run.finish_at_s = start_s + duration_s
         if run.budget is not None:  # never spend more than the budget: stop when it runs out
@@ -340,3 +349,13 @@ class Simulator:
             self.waiting.pop(run.name, None)
             self.placement.release(run.name)
         self.events += 1
+
+
+def _seconds_to_finish(app: AppModel, throughput: float, batch: int, progress: float, total: float) -> float:
+    """Trapezoid rule for the integral of 1/goodput over [progress, total] (plain floats: called once per start)."""
+    if throughput <= 0:
+        return math.inf
+    step = (total - progress) / (INTEGRAL_POINTS - 1)
+    inverse = [1.0 / max(throughput * app.efficiency(batch, progress + i * step), 1e-300)
+               for i in range(INTEGRAL_POINTS)]
+    return step * (sum(inverse) - (inverse[0] + inverse[-1]) / 2)

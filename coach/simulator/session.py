@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from threadpoolctl import threadpool_limits
+
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.files.cluster import load_cluster
 from coach.simulator.apps import job_total_progress, load_apps
@@ -87,8 +89,7 @@ def _budgets(jobs: list[SimJob], apps, totals, price_per_gpu_s: float, factor: f
     return budgets
 
 
-def simulate(settings: Settings, on_round: Callable[[float, int], None] | None = None) -> tuple[Outcome, int]:
-    """Run the simulation; (outcome, number of jobs). WorkloadError / SimulationInputError for bad input."""
+def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None) -> tuple[Outcome, int]:
     jobs = load_workload(settings.workload, seed=settings.seed)
     apps = load_apps(traces_dir_for(settings.workload, settings.traces))
     unknown = sorted({job.app for job in jobs} - set(apps))
@@ -102,3 +103,12 @@ def simulate(settings: Settings, on_round: Callable[[float, int], None] | None =
     simulator = Simulator(jobs, apps, totals, cluster, POLICIES[settings.policy](settings.seed), settings.scheduler,
                           settings.interval_s, settings.seed, budgets, on_round=on_round)
     return simulator.run(), len(jobs)
+
+
+def simulate(settings: Settings, on_round: Callable[[float, int], None] | None = None) -> tuple[Outcome, int]:
+    """Run the simulation; (outcome, number of jobs). WorkloadError / SimulationInputError for bad input.
+
+    On one BLAS thread: the simulator's numpy and scipy calls are tiny, and OpenBLAS's thread pool, spinning for
+    cores that other processes hold, made a single interpolation take seconds on a loaded 2-core machine."""
+    with threadpool_limits(limits=1):
+        return _simulate(settings, on_round)

@@ -76,12 +76,15 @@ def test_kill_9_of_the_controller_takes_every_function_with_it(tmp_path, make_jo
     assert all(json.loads(line)["job"] == job.name for line in log.read_text().splitlines())
 
 
+LONG_EPOCHS = 8  # the run is killed once it has 3 (short's 1 epoch ends first): the resume has epochs left to train
+
+
 def test_a_run_killed_with_kill_9_resumes_with_continuous_logs(tmp_path, make_job, marker):
     from coach.storage.results import read_log
     from coach.app.run import resume_run
 
     short = make_job(f"{marker}-short", max_epochs=1)
-    long = make_job(f"{marker}-long", max_epochs=12)
+    long = make_job(f"{marker}-long", max_epochs=LONG_EPOCHS)
     job_files = [short.source, long.source]
     results = tmp_path / "results"
     results.mkdir()
@@ -103,21 +106,21 @@ def test_a_run_killed_with_kill_9_resumes_with_continuous_logs(tmp_path, make_jo
     run_dir = next(results.iterdir())
     short_log_before = (run_dir / f"{short.name}.jsonl").read_bytes()
     killed_at = trained(long)
-    assert killed_at < 12
+    assert killed_at < LONG_EPOCHS
 
     report = resume_run(run_dir, view="quiet")
 
     assert (run_dir / f"{short.name}.jsonl").read_bytes() == short_log_before  # finished: untouched
     records = read_log(run_dir / f"{long.name}.jsonl")
     epochs = [r["epoch"] for r in records if r["phase"] == "training"]
-    assert epochs == list(range(1, 13))  # no epoch twice, none missing
+    assert epochs == list(range(1, LONG_EPOCHS + 1))  # no epoch twice, none missing
     cumulative = [r["cumulative_cost"] for r in records]
     assert cumulative == sorted(cumulative)  # carried on, never restarted
     assert abs(cumulative[-1] - sum(r["cost"] for r in records)) < 1e-9
     assert records[-1]["stop_reason"] == "max_epochs"
     assert all(r["run_id"] == run_dir.name for r in records)
     assert report.summary["jobs"][short.name]["stop_reason"] == "max_epochs"
-    assert report.summary["jobs"][long.name]["epochs"] == 12
+    assert report.summary["jobs"][long.name]["epochs"] == LONG_EPOCHS
     assert report.exit_code == 0
     assert host_processes(marker) == []
 

@@ -64,7 +64,9 @@ def test_a_worker_host_killed_mid_epoch_is_replaced_and_the_job_reaches_its_targ
 def test_retries_are_bounded(tmp_path, make_job, marker):
     from .conftest import MODELS
 
-    job = make_job(f"{marker}-hopeless", model=MODELS / "crash_in_epoch.py", max_retries=2)
+    # one worker and one server: every attempt runs on fresh functions, so each host fewer is three host starts
+    # (each imports MXNet, ~3 s of CPU) fewer
+    job = make_job(f"{marker}-hopeless", model=MODELS / "crash_in_epoch.py", max_retries=2, workers=1, servers=1)
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
 
     records = read_log(report.run_dir / f"{job.name}.jsonl")
@@ -77,5 +79,5 @@ def test_retries_are_bounded(tmp_path, make_job, marker):
     # the summary's counts are those of the log's last line, also for a job that never finished an epoch
     job_summary = report.summary["jobs"][job.name]
     assert (job_summary["workers"], job_summary["servers"]) == (records[-1]["workers"], records[-1]["servers"])
-    assert (job_summary["workers"], job_summary["servers"]) == (2, 1)
+    assert (job_summary["workers"], job_summary["servers"]) == (1, 1)
     assert report.exit_code == 1

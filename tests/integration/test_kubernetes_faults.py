@@ -3,7 +3,9 @@ with a reason that names the dashboard, the endpoint and what it answered; nothi
 
 The whole loopback stack runs (fake kube-apiserver, fake dashboard, moto S3, `coach scheduler` in its own
 process); the dashboard's fault hooks make it answer 500 or hang. The platform is built with short timeouts so
-that the bounds are seconds, as a user would set them for a flaky dashboard.
+that the bounds are seconds, as a user would set them for a flaky dashboard, and the requeue backoff starts at
+REQUEUE_BACKOFF_S instead of 1 s: the bound counts tries, and waiting the production backoffs out (31 s) would
+test nothing more.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from coach.platforms.nuclio import NuclioPlatform
 from tests.integration.conftest import MODELS
 
 pytestmark = pytest.mark.integration
+
+REQUEUE_BACKOFF_S = 0.05  # first requeue backoff (production: 1 s); doubles per requeue, as in production
 
 
 @pytest.fixture
@@ -54,7 +58,7 @@ def run(stack: LoopbackStack, tmp_path, placement_timeout_s: float):
     started = time.monotonic()
     report = run_jobs([small_job(tmp_path)], stack.cluster, tmp_path / "results", view="quiet", site=site,
                       platform_factory=platform, placement_timeout_s=placement_timeout_s,
-                      checkpoints=stack.checkpoints)
+                      checkpoints=stack.checkpoints, first_requeue_backoff_s=REQUEUE_BACKOFF_S)
     return report, time.monotonic() - started
 
 
@@ -66,7 +70,7 @@ def test_a_dashboard_that_answers_500_to_every_create_stops_the_job_as_unschedul
     assert reason.startswith("unschedulable: no quorum after 6 tries: pods not created: "), reason
     assert f"nuclio dashboard {stack.dashboard.url}: POST /api/functions: HTTP 500 after 2 tries" in reason, reason
     assert report.exit_code == 1
-    assert took_s < 120  # five requeues (1 + 2 + 4 + 8 + 16 s of backoff) and six bounded creates
+    assert took_s < 120  # five requeues (0.05 + 0.1 + 0.2 + 0.4 + 0.8 s of backoff) and six bounded creates
     assert stack.api.binding_attempts == []  # no pod ever existed to bind
 
 

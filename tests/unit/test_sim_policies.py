@@ -91,7 +91,9 @@ def test_fifo_keeps_running_jobs_and_asks_every_waiting_job_its_request_in_arriv
 
 
 def test_round_robin_gives_turns_and_sends_jobs_that_ran_to_the_back():
-    policy = POLICIES["round-robin"](0)
+    from coach.simulator.policies.round_robin import RoundRobin
+
+    policy = RoundRobin(quantum_s=0.0)  # a turn of one round
     jobs = [job(name, arrival_s=i, gpus_asked=2) for i, name in enumerate("abc")]
     turns = [sorted(policy.allocate(snap(*jobs))) for _ in range(3)]
     assert turns == [["a", "b"], ["a", "c"], ["b", "c"]]
@@ -99,6 +101,15 @@ def test_round_robin_gives_turns_and_sends_jobs_that_ran_to_the_back():
     newcomer = job("d", arrival_s=5, gpus_asked=2)
     assert sorted(policy.allocate(snap(*jobs, newcomer))) == ["a", "b"]
     assert sorted(policy.allocate(snap(*jobs, newcomer))) == ["c", "d"]
+
+
+def test_a_round_robin_turn_lasts_its_quantum_then_the_next_jobs_get_theirs():
+    policy = POLICIES["round-robin"](0)
+    assert policy.quantum_s == 600.0
+    jobs = [job(name, arrival_s=i, gpus_asked=2) for i, name in enumerate("abc")]
+    turns = [sorted(policy.allocate(snap(*jobs, now_s=60.0 * k))) for k in range(12)]
+    assert turns[:10] == [["a", "b"]] * 10  # ten rounds of 60 s
+    assert turns[10:] == [["a", "c"], ["a", "c"]]  # b's turn and a's ended at 600 s; c waited longest, then a
 
 
 def test_elastic_fifo_starts_a_job_smaller_than_asked_and_grows_it_back():

@@ -1,0 +1,132 @@
+"""`coach simulate` end to end on the Pollux artifact's data: results format, reproducibility, compare and report,
+and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from coach.ui.cli import main
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+HALF_LOAD = DATA / "workloads-0.5" / "workload-1.csv"  # 80 jobs
+
+
+def simulate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["simulate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_simulated_run_writes_the_results_format_of_coach_run_with_its_plots(tmp_path, capsys):
+    code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "tiresias", "--results", str(tmp_path), "--quiet")
+    assert code == 0
+    run_dir = Path(out.strip())
+    assert run_dir == tmp_path / "sim-workload-1-tiresias-gang-s0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["policy"], summary["scheduler"], summary["gpus"]) == ("tiresias", "gang", 64)
+    assert len(summary["jobs"]) == 80 and summary["stats"]["completed"] == 80
+    jcts = [job["jct_s"] for job in summary["jobs"].values()]
+    assert all(jct > 0 for jct in jcts)
+    assert summary["stats"]["avg_jct_s"] == pytest.approx(sum(jcts) / len(jcts), abs=1e-3)
+    assert summary["makespan_s"] >= max(jcts)
+    assert 0 < summary["stats"]["utilization"] <= 1
+    logs = sorted(run_dir.glob("*.jsonl"))
+    assert len(logs) == 80
+    lines = [json.loads(line) for line in logs[0].read_text().splitlines()]
+    assert [line["phase"] for line in lines[:-1]] == ["simulated"] * (len(lines) - 1)
+    assert lines[-1]["phase"] == "stopped" and lines[-1]["stop_reason"] == "completed"
+    assert all(sum(line["placement"].values()) == line["workers"] for line in lines[:-1])
+    assert lines[-1]["cumulative_cost"] == pytest.approx(sum(line["cost"] for line in lines[:-1]), abs=1e-5)
+    for png in ("utilization.png", "jct_cdf.png"):
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_same_command_twice_writes_byte_identical_summaries_and_never_overwrites(tmp_path, capsys):
+    args = [str(HALF_LOAD), "--policy", "pollux", "--seed", "3", "--results", str(tmp_path), "--quiet"]
+    first = Path(simulate(capsys, *args)[1].strip())
+    second = Path(simulate(capsys, *args)[1].strip())
+    assert second == first.parent / f"{first.name}-2"  # the first run's folder is left as it was
+    assert (first / "summary.json").read_bytes() == (second / "summary.json").read_bytes()
+    for log in first.glob("*.jsonl"):
+        assert log.read_bytes() == (second / log.name).read_bytes()
+
+
+def test_gang_and_default_placement_compare_with_coach_compare_and_report(tmp_path, capsys):
+    runs = {}
+    for profile in ("gang", "default"):
+        code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "fifo", "--scheduler", profile,
+                                "--results", str(tmp_path), "--quiet")
+        assert code == 0
+        runs[profile] = Path(out.strip())
+    gang, default = (json.loads((runs[p] / "summary.json").read_text()) for p in ("gang", "default"))
+    assert gang["stats"]["completed"] == default["stats"]["completed"] == 80
+    assert gang["stats"]["deadlocked_jobs"] == 0  # head of line: gang never deadlocks
+    assert main(["compare", str(runs["gang"]), str(runs["default"]), "--out", str(tmp_path / "cmp")]) == 0
+    compared = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert len(compared["a"]["samples"]) == len(compared["b"]["samples"]) == 80
+    assert compared["test"]["p_value"] is not None
+    assert main(["report", str(runs["gang"]), "--out", str(tmp_path / "report")]) == 0
+    assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == ["allocation.png", "cost.png", "loss.png"]
+
+
+def test_a_summary_line_tells_jobs_per_second_and_the_statistics(tmp_path, capsys):
+    code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "drf", "--results", str(tmp_path))
+    assert code == 0
+    assert "80 jobs, policy drf, scheduler gang, cluster 16x4 (64 GPUs): 80 completed in" in out
+    assert "jobs/s" in out and "events/s" in out and "avg JCT" in out and "p99" in out
+    assert out.strip().splitlines()[-1] == f"results: {tmp_path / 'sim-workload-1-drf-gang-s0'}"
+
+
+def test_a_malformed_workload_is_one_line_naming_file_line_and_column(tmp_path, capsys):
+    bad = tmp_path / "workloads" / "bad.csv"
+    bad.parent.mkdir()
+    good = HALF_LOAD.read_text().splitlines()
+    fields = good[3].split(",")
+    fields[3] = "three"
+    bad.write_text("\n".join(good[:3] + [",".join(fields)] + good[4:]) + "\n")
+    code, out, err = simulate(capsys, str(bad), "--policy", "fifo", "--traces", str(DATA / "traces"),
+                              "--results", str(tmp_path / "results"))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"{bad}:4:4: ")
+    assert "num_replicas" in err
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--cluster", "0x4"], "--cluster: 0x4: expected NODESxGPUS"),
+    (["--cluster", "16x4", "--interval", "0"], "argument --interval"),
+    (["--policy", "nope"], "argument --policy: invalid choice"),
+    (["--seed", "-1"], "argument --seed"),
+    (["--budget-factor", "nan"], "argument --budget-factor"),
+])
+def test_bad_options_are_one_line_and_exit_code_2(tmp_path, capsys, args, expected):
+    argv = [str(HALF_LOAD), "--results", str(tmp_path)] + (args if "--policy" in args else ["--policy", "fifo", *args])
+    code, out, err = simulate(capsys, *argv)
+    assert code == 2 and out == ""
+    assert expected in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_workload_without_traces_beside_it_says_where_they_were_looked_for(tmp_path, capsys):
+    alone = tmp_path / "here" / "workload.csv"
+    alone.parent.mkdir()
+    shutil.copy(HALF_LOAD, alone)
+    code, _, err = simulate(capsys, str(alone), "--policy", "fifo", "--results", str(tmp_path / "r"))
+    assert code == 2
+    assert err.strip() == (f"{tmp_path / 'traces'}: (traces): no application traces here (expected "
+                           f"<app>/placements.csv); give the folder with --traces")
+
+
+def test_a_budget_factor_caps_every_jobs_spending(tmp_path, capsys):
+    code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "coach", "--budget-factor", "1.5",
+                            "--results", str(tmp_path), "--quiet")
+    assert code == 0
+    summary = json.loads((Path(out.strip()) / "summary.json").read_text())
+    for job in summary["jobs"].values():
+        assert job["total_cost"] <= job["budget"] + 1e-6
+    assert summary["stats"]["completed"] > 0
