@@ -263,6 +263,12 @@ class Simulator:
                 continue
             if grant is not None and grant.gpus < 1:
                 grant = None
+            if grant is not None and run.grant is not None and grant.gpus == run.grant.gpus and run.running:
+                self._account(run, now_s)  # a new batch size on the same GPUs: changed in place, no restart
+                run.grant = grant
+                run.segments[-1]["batch"] = grant.batch  # a segment keeps the last batch size it ran at
+                self._set_rate(run)
+                continue
             self._stop_segment(run, now_s)
             run.grant = grant
             self.events += 1

@@ -185,3 +185,24 @@ def test_fifo_under_the_gang_profile_holds_a_small_job_behind_the_first_that_doe
     assert runs["b"].started_s >= a_end and runs["c"].started_s >= a_end
     assert runs["b"].held_gpu_s > 0  # meanwhile b holds the 2 free GPUs it got (gang's reservation)
     assert all(r.stop_reason == "completed" for r in runs.values())
+
+
+class GrowingBatch:
+    """Elastic: 2 GPUs always, the batch doubling every round (as Pollux adapts it to the progress)."""
+
+    elastic = True
+
+    def __init__(self):
+        self.rounds = 0
+
+    def allocate(self, snapshot):
+        self.rounds += 1
+        return {job.name: Grant(2, 32 * 2 ** min(self.rounds, 4)) for job in snapshot.jobs}
+
+
+def test_a_new_batch_size_on_the_same_gpus_changes_in_place_without_a_restart():
+    outcome = run([SimJob("a", 0.0, "linear", 2, 64)], {"a": 100_000.0}, cluster(1, 4), GrowingBatch())
+    (result,) = outcome.jobs
+    assert result.restarts == 0 and len(result.segments) == 1
+    assert result.segments[0]["batch"] == 512  # the last batch size it ran at
+    assert result.finished_s == pytest.approx(RESTART_S + 100_000.0 / 200.0)  # one restart delay, at the start
