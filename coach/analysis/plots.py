@@ -213,10 +213,7 @@ def utilization_plot(samples: Sequence[tuple[float, float]], path: Path, title: 
         ax.set_ylim(0, 105)
     else:
         _nothing(ax, "no rounds")
-    ax.set_xlabel("hours since the first arrival")
-    ax.set_ylabel("GPUs training (%)")
-    ax.set_title(title)
-    return _save(figure, path)
+    return _labelled(figure, ax, path, ("hours since the first arrival", "GPUs training (%)", title))
 
 
 def jct_cdf_plot(sides: Sequence[tuple[str, Sequence[float]]], path: Path, title: str = "JCT distribution") -> Path:
@@ -234,8 +231,14 @@ def jct_cdf_plot(sides: Sequence[tuple[str, Sequence[float]]], path: Path, title
         ax.set_ylim(0, 1.02)
     else:
         _nothing(ax, "no job completed")
-    ax.set_xlabel("JCT (hours)")
-    ax.set_ylabel("share of jobs")
-    ax.set_title(title)
     _legend(ax)
+    return _labelled(figure, ax, path, ("JCT (hours)", "share of jobs", title))
+
+
+def _labelled(figure, ax, path: Path, labels: tuple[str, str, str]) -> Path:
+    """x label, y label and title, then the PNG."""
+    xlabel, ylabel, title = labels
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     return _save(figure, path)

@@ -7,8 +7,9 @@ The artifact searches with a genetic algorithm (NSGA-II); we use a deterministic
 attained service (then arrival) get 1 GPU each while GPUs last, then each next GPU goes to the job with the
 largest marginal utility, until GPUs run out or no job gains. Greedy is exact for concave utilities and close
 otherwise. Re-allocation penalty: the artifact discounts a job's speedup by max(age - restarts*30 s, 0) /
-(age + 30 s) when its allocation changes; we compute a second candidate that keeps every running job's GPUs
-(growing only into free GPUs) and keep it unless the fresh greedy scores better after that discount.
+(age + 30 s) when its allocation changes; we compute a second candidate that starts from every running job's
+GPUs (a job without GPUs gets one from the running job that loses least by it; then growth into free GPUs) and
+keep it unless the fresh greedy scores better after that discount.
 A candidate leaving fewer jobs without GPUs always wins (the power mean with p < 0 is 0 if any speedup is 0).
 """
 
@@ -60,11 +61,18 @@ class Pollux:
             alloc = dict(start)
             free = total - sum(alloc.values())
             for index in order:
-                if free < 1:
-                    break
-                if index not in alloc:
-                    alloc[index] = 1
-                    free -= 1
+                if index in alloc:
+                    continue
+                if free < 1:  # make room: one GPU from the job that loses least by it (only from kept jobs)
+                    donors = [i for i, g in alloc.items() if g > 1]
+                    if not donors:
+                        break
+                    donor = min(donors, key=lambda i: (self.utility(speedup(i, alloc[i])) -
+                                                       self.utility(speedup(i, alloc[i] - 1)), i))
+                    alloc[donor] -= 1
+                    free += 1
+                alloc[index] = 1
+                free -= 1
             heap: list[tuple[float, int]] = []
 
             def push(index: int) -> None:
