@@ -31,6 +31,7 @@ from scipy.interpolate import LinearNDInterpolator
 from scipy.optimize import least_squares
 from scipy.spatial import QhullError
 
+from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
 from coach.simulator.workloads import SimJob
 
 #: Constants Pollux's simulator sets by hand (artifact simulator/applications.py and simulator.py); everything else
@@ -44,6 +45,16 @@ _EPS = 1e-8
 _GRID_POINTS = 48  # per-GPU batches at which an unmeasured (nodes, replicas) shape is interpolated once
 _MAX_NODES_MEASURED = 16  # scalability.csv goes up to 16 nodes; more nodes are taken as 16 (as Pollux)
 _BEST_BATCH_CANDIDATES = 64  # per-GPU batch sizes tried, geometrically spaced (Pollux tries 50 total batch sizes)
+#: Bounds on trace values, far beyond the published traces (largest file 82 KB, step times under 4 s, per-GPU batches
+#: up to 32768, progress up to 5.8e5 M0-steps, gradient statistics up to 7.4e15): past them a job would never end,
+#: a fit would overflow, or a file would fill memory.
+MAX_TRACE_BYTES = 16 << 20
+MAX_STEP_S = 86_400.0
+MAX_LOCAL_BATCH = 10**6
+MAX_MEASURED_GPUS = 10**6  # nodes and replicas of one measurement
+MAX_PROGRESS = 1e8  # M0-steps of one validation trace
+MAX_GRAD = 1e30
+MAX_VALIDATED_BATCH = 10**9
 
 
 class AppTraceError(ValueError):
@@ -395,7 +406,12 @@ def _load_app(traces_dir: str, name: str) -> App:
     if not folder.is_dir():
         raise AppTraceError(f"{folder}:0:0: no such application folder")
     overrides = _OVERRIDES.get(name, {})
-    steps = build_step_times(*_read_step_times(folder))
+    try:
+        steps = build_step_times(*_read_step_times(folder))
+    except (ValueError, FloatingPointError) as exc:  # values within bounds that still defeat the fit: one line
+        if isinstance(exc, AppTraceError):
+            raise
+        raise AppTraceError(f"{folder / 'placements.csv'}:0:0: cannot fit the step-time model ({exc})") from None
     grads, end_steps = _read_validation(folder)
     init_batch = int(grads.batch_sizes[0])
     max_batch = int(grads.batch_sizes[-1])
@@ -411,13 +427,20 @@ def _load_app(traces_dir: str, name: str) -> App:
 
 def _read_table(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str]]]:
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_capped(path, MAX_TRACE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise AppTraceError(f"{path}:0:0: no such file") from None
+    except (FileTooLarge, NotRegularFile) as exc:  # a FIFO would block, a sparse file fill memory
+        raise AppTraceError(f"{path}:0:0: {exc}") from None
+    except OSError as exc:
+        raise AppTraceError(f"{path}:0:0: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise AppTraceError(f"{path}:1:1: not UTF-8 ({exc.reason})") from None
     reader = csv.reader(text.splitlines())
-    rows = [(reader.line_num, fields) for fields in reader if fields]
+    try:
+        rows = [(reader.line_num, fields) for fields in reader if fields]
+    except csv.Error as exc:
+        raise AppTraceError(f"{path}:{reader.line_num}:1: bad CSV ({exc})") from None
     if not rows or tuple(f.strip() for f in rows[0][1]) != header:
         raise AppTraceError(f"{path}:1:1: expected header {','.join(header)}")
     for line, fields in rows[1:]:
@@ -429,16 +452,35 @@ def _read_table(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str
     return rows[1:]
 
 
-def _numbers(path: Path, rows: list[tuple[int, list[str]]], column: int, name: str) -> np.ndarray:
+def _numbers(path: Path, rows: list[tuple[int, list[str]]], column: int, name: str, maximum: float,
+             *, minimum: float = 0.0, whole: bool = False) -> np.ndarray:
+    """One column: finite numbers in [minimum, maximum] (whole numbers when `whole`)."""
     values = np.empty(len(rows))
     for i, (line, fields) in enumerate(rows):
+        where, text = f"{path}:{line}:{column + 1}: {name}", fields[column][:40]
         try:
             values[i] = float(fields[column])
         except ValueError:
-            raise AppTraceError(f"{path}:{line}:{column + 1}: {name} is not a number: {fields[column]!r}") from None
+            raise AppTraceError(f"{where} is not a number: {text!r}") from None
         if not math.isfinite(values[i]) or values[i] < 0:
-            raise AppTraceError(f"{path}:{line}:{column + 1}: {name} must be finite and >= 0: {fields[column]!r}")
+            raise AppTraceError(f"{where} must be finite and >= 0: {text!r}")
+        if not minimum <= values[i] <= maximum:
+            raise AppTraceError(f"{where} must be within {minimum:g}..{maximum:g}: {text!r}")
+        if whole and values[i] != int(values[i]):
+            raise AppTraceError(f"{where} must be a whole number: {text!r}")
     return values
+
+
+def _check_measurements(path: Path, rows: list[tuple[int, list[str]]], nodes: np.ndarray, replicas: np.ndarray,
+                        step_s: np.ndarray, sync_s: np.ndarray, columns: tuple[int, int]) -> None:
+    """Per row: nodes <= replicas, and a sync time within the step time (the step includes it)."""
+    for i, (line, _) in enumerate(rows):
+        if replicas[i] < nodes[i]:
+            raise AppTraceError(f"{path}:{line}:{columns[0]}: fewer replicas ({replicas[i]:g}) than nodes "
+                                f"({nodes[i]:g})")
+        if sync_s[i] > step_s[i]:
+            raise AppTraceError(f"{path}:{line}:{columns[1]}: sync_time {sync_s[i]:g} is longer than step_time "
+                                f"{step_s[i]:g}")
 
 
 def _read_step_times(folder: Path) -> tuple[np.ndarray, ...]:
@@ -448,20 +490,29 @@ def _read_step_times(folder: Path) -> tuple[np.ndarray, ...]:
     nodes, replicas = [], []
     for line, fields in rows:
         placement = fields[0].strip()
-        if not re.fullmatch(r"[1-9]+", placement):
-            raise AppTraceError(f"{path}:{line}:1: placement must be digits 1-9 (replicas per node): {placement!r}")
+        if not re.fullmatch(r"[1-9]{1,1000}", placement):
+            raise AppTraceError(f"{path}:{line}:1: placement must be digits 1-9 (replicas per node): "
+                                f"{placement[:40]!r}" + (" (at most 1000 nodes)" if len(placement) > 1000 else ""))
         nodes.append(len(placement))
         replicas.append(sum(int(d) for d in placement))
-    columns = [np.array(nodes, dtype=float), np.array(replicas, dtype=float)]
-    columns += [_numbers(path, rows, i, name) for i, name in ((1, "local_bsz"), (2, "step_time"), (3, "sync_time"))]
+    columns = [np.array(nodes, dtype=float), np.array(replicas, dtype=float), *_timings(path, rows, 1)]
+    _check_measurements(path, rows, columns[0], columns[1], columns[3], columns[4], (1, 4))
     path = folder / "scalability.csv"
     rows = _read_table(path, ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"))
-    extra = [_numbers(path, rows, i, name) for i, name in
-             enumerate(("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"))]
-    merged = tuple(np.concatenate([a, b]) for a, b in zip(columns, extra))
-    if (merged[0] < 1).any() or (merged[1] < merged[0]).any() or (merged[2] < 1).any() or (merged[3] <= 0).any():
-        raise AppTraceError(f"{path}:0:0: measurements need 1 <= nodes <= replicas, local_bsz >= 1, step_time > 0")
-    return merged
+    extra = [_numbers(path, rows, i, name, MAX_MEASURED_GPUS, minimum=1, whole=True)
+             for i, name in enumerate(("num_nodes", "num_replicas"))] + _timings(path, rows, 2)
+    _check_measurements(path, rows, extra[0], extra[1], extra[3], extra[4], (2, 5))
+    return tuple(np.concatenate([a, b]) for a, b in zip(columns, extra))
+
+
+def _timings(path: Path, rows: list[tuple[int, list[str]]], first: int) -> list[np.ndarray]:
+    """local_bsz (>= 1), step_time (> 0) and sync_time of every row, from column `first` (0-based) on."""
+    step_s = _numbers(path, rows, first + 1, "step_time", MAX_STEP_S)
+    for i, (line, _) in enumerate(rows):
+        if step_s[i] <= 0:
+            raise AppTraceError(f"{path}:{line}:{first + 2}: step_time must be > 0: {rows[i][1][first + 1][:40]!r}")
+    return [_numbers(path, rows, first, "local_bsz", MAX_LOCAL_BATCH, minimum=1), step_s,
+            _numbers(path, rows, first + 2, "sync_time", MAX_STEP_S)]
 
 
 _VALIDATION = re.compile(r"validation-([0-9]+)\.csv")
@@ -469,9 +520,15 @@ _VALIDATION_HEADER = ("progress", "iteration", "metric", "grad_sqr", "grad_var")
 
 
 def _validation_files(folder: Path) -> list[tuple[int, Path]]:
-    found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _VALIDATION.fullmatch(p.name)))
-    if not found or found[0][0] < 1:
+    found = sorted((int(m.group(1)[:12]) if len(m.group(1)) <= 12 else MAX_VALIDATED_BATCH + 1, p)
+                   for p in folder.iterdir() if (m := _VALIDATION.fullmatch(p.name)))
+    if not found:
         raise AppTraceError(f"{folder}:0:0: no validation-<batch size>.csv files")
+    for (batch_size, path), (previous, _) in zip(found, [(None, None)] + found[:-1]):
+        if not 1 <= batch_size <= MAX_VALIDATED_BATCH:
+            raise AppTraceError(f"{path}:0:0: the batch size in the file name must be within 1..{MAX_VALIDATED_BATCH}")
+        if batch_size == previous:
+            raise AppTraceError(f"{path}:0:0: a second validation file for batch size {batch_size}")
     return found
 
 
@@ -481,8 +538,13 @@ def _read_validation(folder: Path) -> tuple[GradStats, float]:
     tables = []
     for batch_size, path in _validation_files(folder):
         rows = _read_table(path, _VALIDATION_HEADER)
-        tables.append((batch_size, *(_numbers(path, rows, i, n) for i, n in ((0, "progress"), (3, "grad_sqr"),
-                                                                                 (4, "grad_var")))))
+        progress = _numbers(path, rows, 0, "progress", MAX_PROGRESS)
+        for i, (line, _) in enumerate(rows):
+            if progress[i] <= (progress[i - 1] if i else 0.0):
+                raise AppTraceError(f"{path}:{line}:1: progress must be > 0 and grow row by row, got "
+                                    f"{progress[i]:g} after {progress[i - 1] if i else 0.0:g}")
+        tables.append((batch_size, progress, *(_numbers(path, rows, i, n, MAX_GRAD)
+                                               for i, n in ((3, "grad_sqr"), (4, "grad_var")))))
     epochs = min(len(t[1]) for t in tables)
     batch_sizes = np.array([t[0] for t in tables], dtype=float)
     ends = np.min([t[1][:epochs] for t in tables], axis=0)  # epoch k ends when every trace has reached row k

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -18,12 +19,15 @@ from coach.files.cluster import load_cluster
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Outcome, Simulator
 from coach.simulator.policies import POLICIES
+from coach.simulator.results import START_S
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload
 
 #: Money per GPU-second of a `--cluster NxG` node: 3 per GPU-hour, an on-demand cloud GPU's order of magnitude.
 PRICE_PER_GPU_S = 3.0 / 3600
 SHAPE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,3})")
-MAX_SHAPE_GPUS = 1_000_000
+MAX_SHAPE_GPUS = 1_000_000  # also the most GPUs a cluster file may hold in all
+#: The latest simulated second results can date (9999-12-31, the last day `datetime` knows).
+MAX_SIMULATED_S = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp() - START_S
 
 
 class SimulationInputError(ValueError):
@@ -41,14 +45,19 @@ def cluster_from(argument: str) -> ClusterSpec:
                            source=f"--cluster {argument}")
     if re.fullmatch(r"[0-9]+x[0-9]+", argument):
         raise SimulationInputError(f"--cluster: {argument}: expected NODESxGPUS with 1..99999 nodes and 1..9999 GPUs")
-    return load_cluster(argument)
+    cluster = load_cluster(argument)
+    if cluster.total_slots > MAX_SHAPE_GPUS:
+        raise SimulationInputError(f"{argument}: nodes: at most {MAX_SHAPE_GPUS} GPUs (slots) in all, got "
+                                   f"{cluster.total_slots}")
+    return cluster
 
 
 def traces_dir_for(workload: Path, traces: Path | None) -> Path:
-    """Where the applications' traces are: --traces, else beside the workload (`traces/` of the Pollux layout)."""
+    """Where the applications' traces are: --traces, else beside the workload (`traces/` of the Pollux layout).
+    A folder with any application counts: a missing one is then named by the check of the workload's applications."""
     candidates = [traces] if traces is not None else [workload.parent, workload.parent.parent / "traces"]
     for candidate in candidates:
-        if candidate is not None and (candidate / "cifar10" / "placements.csv").is_file():
+        if candidate is not None and candidate.is_dir() and any(candidate.glob("*/placements.csv")):
             return candidate
     where = traces if traces is not None else workload.parent.parent / "traces"
     raise SimulationInputError(f"{where}: (traces): no application traces here (expected <app>/placements.csv); "
@@ -69,7 +78,7 @@ class Settings:
     @property
     def run_id(self) -> str:
         """Deterministic, so that the same command writes the same summary."""
-        return f"sim-{self.workload.stem}-{self.policy}-{self.scheduler}-s{self.seed}"
+        return f"sim-{self.workload.stem[:100]}-{self.policy}-{self.scheduler}-s{self.seed}"  # a folder name fits
 
     def as_dict(self) -> dict:
         return {"workload": str(self.workload), "cluster": self.cluster.name, "gpus": self.cluster.total_slots,
@@ -94,7 +103,8 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
     apps = load_apps(traces_dir_for(settings.workload, settings.traces))
     unknown = sorted({job.app for job in jobs} - set(apps))
     if unknown:
-        raise WorkloadError(f"{settings.workload}: application: no traces for {', '.join(unknown)}")
+        raise WorkloadError(f"{settings.workload}: application: no traces for {', '.join(unknown)} (no "
+                            f"<traces>/<app>/placements.csv)")
     totals = {job.name: job_total_progress(job, apps[job.app]) for job in jobs}
     cluster = settings.cluster
     price = max(node.price_per_slot_s for node in cluster.nodes)
@@ -102,7 +112,12 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
         jobs, apps, totals, price, settings.budget_factor, max(node.slots for node in cluster.nodes))
     simulator = Simulator(jobs, apps, totals, cluster, POLICIES[settings.policy](settings.seed), settings.scheduler,
                           settings.interval_s, settings.seed, budgets, on_round=on_round)
-    return simulator.run(), len(jobs)
+    outcome = simulator.run()
+    latest_s = max((r.finished_s if r.finished_s is not None else r.updated_s for r in outcome.jobs), default=0.0)
+    if not latest_s <= MAX_SIMULATED_S:  # results date every event: refuse before writing any of them
+        raise SimulationInputError(f"{settings.workload}: time: the simulation reached {latest_s:.3g} s, later "
+                                   f"than results can date (year 9999)")
+    return outcome, len(jobs)
 
 
 def simulate(settings: Settings, on_round: Callable[[float, int], None] | None = None) -> tuple[Outcome, int]:

@@ -18,12 +18,15 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
 
 #: The six applications of the Pollux traces, with the batch-size range each was measured on (the smallest and
 #: largest validation-<bsz>.csv): init batch M0 and max batch. Trace jobs ask for M0 per GPU within that range.
@@ -40,6 +43,15 @@ APP_BATCH_RANGES: dict[str, tuple[int, int]] = {
 POLLUX_HEADER = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_HEADER = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 _HOUR_S = 3600.0
+#: Bounds that keep a simulation finite and its results writable. The published files are far inside them: the Philly
+#: trace is 3.3 MB, spans 3 months (arrivals up to 1e7 s), its longest job ran 4.6e6 s and asked for 128 GPUs.
+MAX_WORKLOAD_BYTES = 64 << 20  # a larger file (or a sparse 2 GB one) is refused before it is read into memory
+MAX_ARRIVAL_S = 1e10  # ~317 years: later arrivals leave the dates results can write (year 9999) or stall the clock
+MAX_DURATION_S = 1e7  # ~116 days per trace job: a longer one would be simulated round by round for minutes
+MAX_GPUS = 1_000_000  # per job, as `--cluster NxG` allows at most this many GPUs in all
+MAX_BATCH = 10**9  # total batch size of one job
+#: A job's name names its log file (`<name>.jsonl` in the results folder): no path separators, no control characters.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 _APP_NAMES = np.array(sorted(APP_BATCH_RANGES))
 
 
@@ -70,6 +82,8 @@ def load_workload(path: Path, seed: int = 0) -> list[SimJob]:
     if parser is None:
         known = " or ".join(",".join(h) for h in _PARSERS)
         raise WorkloadError(f"{path}:1:1: unknown header {','.join(header)!r}, expected {known}")
+    if len(rows) == 1:
+        raise WorkloadError(f"{path}:{rows[0][0] + 1}:1: no jobs after the header line")
     jobs = parser(path, rows[1:], seed)
     return sorted(jobs, key=attrgetter("arrival_s", "name"))
 
@@ -81,9 +95,11 @@ def load_workload(path: Path, seed: int = 0) -> list[SimJob]:
 def _read_rows(path: Path) -> list[tuple[int, list[str]]]:
     """(1-based line number, fields) of every non-blank line."""
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_WORKLOAD_BYTES)
     except FileNotFoundError:
         raise WorkloadError(f"{path}:0:0: no such file") from None
+    except (FileTooLarge, NotRegularFile) as exc:  # a FIFO would block, a sparse file fill memory
+        raise WorkloadError(f"{path}:0:0: {exc}") from None
     except OSError as exc:
         raise WorkloadError(f"{path}:0:0: cannot read ({exc.strerror or exc})") from None
     try:
@@ -113,8 +129,9 @@ def _check_width(path: Path, line: int, fields: list[str], header: tuple[str, ..
                             f"({','.join(header)}), got {len(fields)}")
 
 
-def _number(path: Path, line: int, column: int, name: str, text: str, *, minimum: float, strict: bool) -> float:
-    """A finite number >= minimum (> minimum when strict)."""
+def _number(path: Path, line: int, column: int, name: str, text: str, *, minimum: float, strict: bool,
+            maximum: float = math.inf) -> float:
+    """A finite number >= minimum (> minimum when strict) and <= maximum."""
     try:
         value = float(text)
     except ValueError:
@@ -124,12 +141,14 @@ def _number(path: Path, line: int, column: int, name: str, text: str, *, minimum
     if value < minimum or (strict and value == minimum):
         relation = ">" if strict else ">="
         raise WorkloadError(f"{path}:{line}:{column}: {name} must be {relation} {minimum:g}, got {text.strip()!r}")
+    if value > maximum:
+        raise WorkloadError(f"{path}:{line}:{column}: {name} must be <= {maximum:g}, got {text.strip()!r}")
     return value
 
 
-def _integer(path: Path, line: int, column: int, name: str, text: str) -> int:
-    """A whole number >= 1."""
-    value = _number(path, line, column, name, text, minimum=0, strict=True)
+def _integer(path: Path, line: int, column: int, name: str, text: str, maximum: int) -> int:
+    """A whole number in 1..maximum."""
+    value = _number(path, line, column, name, text, minimum=0, strict=True, maximum=maximum)
     if value != int(value):
         raise WorkloadError(f"{path}:{line}:{column}: {name} must be a whole number, got {text.strip()!r}")
     return int(value)
@@ -144,16 +163,19 @@ def _parse_pollux(path: Path, rows: list[tuple[int, list[str]]], seed: int) -> l
         name = fields[0].strip()
         if not name:
             raise WorkloadError(f"{path}:{line}:1: name is empty")
+        if not _NAME.fullmatch(name):
+            raise WorkloadError(f"{path}:{line}:1: name must be 1-128 letters, digits, '_', '.', '+' or '-' not "
+                                f"starting with '.', '+' or '-' (it names the job's log file), got {name[:40]!r}")
         if name in seen:
             raise WorkloadError(f"{path}:{line}:1: duplicate job name {name!r} (first on line {seen[name]})")
         seen[name] = line
-        arrival_s = _number(path, line, 2, "time", fields[1], minimum=0, strict=False)
+        arrival_s = _number(path, line, 2, "time", fields[1], minimum=0, strict=False, maximum=MAX_ARRIVAL_S)
         app = fields[2].strip()
         if app not in APP_BATCH_RANGES:
             raise WorkloadError(f"{path}:{line}:3: unknown application {app!r}, expected one of "
                                 f"{', '.join(sorted(APP_BATCH_RANGES))}")
-        gpus = _integer(path, line, 4, "num_replicas", fields[3])
-        batch = _integer(path, line, 5, "batch_size", fields[4])
+        gpus = _integer(path, line, 4, "num_replicas", fields[3], MAX_GPUS)
+        batch = _integer(path, line, 5, "batch_size", fields[4], MAX_BATCH)
         if batch < gpus:
             raise WorkloadError(f"{path}:{line}:5: batch_size {batch} is smaller than num_replicas {gpus}")
         jobs.append(SimJob(name=name, arrival_s=arrival_s, app=app, gpus=gpus, batch=batch))
@@ -169,15 +191,19 @@ def _parse_philly(path: Path, rows: list[tuple[int, list[str]]], seed: int) -> l
             _check_width(path, line, fields, PHILLY_HEADER)
     lines = [line for line, _ in rows]
     columns = list(zip(*(fields for _, fields in rows)))
-    durations_s = _number_column(path, lines, columns[1], 2, "duration")
-    gpus_f = _number_column(path, lines, columns[2], 3, "num_gpus")
+    durations_s = _number_column(path, lines, columns[1], 2, "duration", MAX_DURATION_S)
+    gpus_f = _number_column(path, lines, columns[2], 3, "num_gpus", MAX_GPUS)
     if (gpus_f != np.floor(gpus_f)).any():
         for line, text in zip(lines, columns[2]):
-            _integer(path, line, 3, "num_gpus", text)
+            _integer(path, line, 3, "num_gpus", text, MAX_GPUS)
     gpus = gpus_f.astype(np.int64)
     gpu_times_s = _number_column(path, lines, columns[3], 4, "gpu_time")
     arrivals = _parse_stamps(path, lines, [stamp.strip() for stamp in columns[0]])
     arrivals_s = (arrivals - arrivals.min()).astype(np.int64).astype(float)
+    if len(arrivals_s) and arrivals_s.max() > MAX_ARRIVAL_S:
+        late = int(np.argmax(arrivals_s))
+        raise WorkloadError(f"{path}:{lines[late]}:1: timestamp is {arrivals_s[late]:.3g} s after the earliest one, "
+                            f"at most {MAX_ARRIVAL_S:g} s: {columns[0][late].strip()!r}")
     # One fair coin per job, drawn in file order, so a job's application does not depend on the others' GPU-times.
     coins = np.random.default_rng(seed).random(len(rows)) < 0.5
     hours = gpu_times_s / _HOUR_S
@@ -195,16 +221,17 @@ def _parse_philly(path: Path, rows: list[tuple[int, list[str]]], seed: int) -> l
             for k in range(len(order))]
 
 
-def _number_column(path: Path, lines: list[int], texts: tuple[str, ...], column: int, name: str) -> np.ndarray:
-    """A column of finite numbers > 0."""
+def _number_column(path: Path, lines: list[int], texts: tuple[str, ...], column: int, name: str,
+                   maximum: float = math.inf) -> np.ndarray:
+    """A column of finite numbers in (0, maximum]."""
     try:
         values = np.array(texts, dtype=float)
-        if np.isfinite(values).all() and (values > 0).all():
+        if np.isfinite(values).all() and (values > 0).all() and (values <= maximum).all():
             return values
     except ValueError:
         pass
     for line, text in zip(lines, texts):
-        _number(path, line, column, name, text, minimum=0, strict=True)
+        _number(path, line, column, name, text, minimum=0, strict=True, maximum=maximum)
     raise AssertionError("unreachable: some value failed to check")  # pragma: no cover
 
 

@@ -5,7 +5,9 @@ Parses options, shows progress, prints the statistics; coach.simulator.session d
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +29,24 @@ def _unique_dir(base: Path, run_id: str) -> Path:
     return candidate
 
 
+def _results_problem(results_dir: Path) -> str | None:
+    """Why results could not be written under results_dir, found before minutes of simulation, or None.
+    The nearest existing folder is probed with a temporary folder, removed at once (root ignores permission bits,
+    so only trying tells a read-only mount or /proc apart)."""
+    if results_dir.exists() and not results_dir.is_dir():
+        return "not a folder"
+    existing = results_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".coach-probe-", dir=existing))
+    except OSError as error:
+        return f"cannot write in {existing} ({error.strerror or error})"
+    return None
+
+
 def cmd_simulate(args) -> int:
     from coach.simulator import results
     from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
@@ -34,8 +54,9 @@ def cmd_simulate(args) -> int:
     from coach.simulator.apps import AppTraceError
 
     results_dir = Path(args.results)
-    if results_dir.exists() and not results_dir.is_dir():
-        return fail([f"{args.results}: (--results): not a folder"])
+    problem = _results_problem(results_dir)
+    if problem is not None:
+        return fail([f"{args.results}: (--results): {problem}"])
     try:
         cluster = cluster_from(args.cluster)
     except SimulationInputError as error:
@@ -56,7 +77,10 @@ def cmd_simulate(args) -> int:
             progress.stop()
     elapsed_s = time.perf_counter() - started
     run_dir = _unique_dir(results_dir, settings.run_id)
-    summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+    try:
+        summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+    except OSError as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
+        return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
     if args.quiet:
         print(run_dir)
         return 0
