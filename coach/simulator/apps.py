@@ -31,7 +31,7 @@ from scipy.interpolate import LinearNDInterpolator
 from scipy.optimize import least_squares
 from scipy.spatial import QhullError
 
-from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
+from coach.simulator.reading import read_input
 from coach.simulator.workloads import SimJob
 
 #: Constants Pollux's simulator sets by hand (artifact simulator/applications.py and simulator.py); everything else
@@ -426,14 +426,9 @@ def _load_app(traces_dir: str, name: str) -> App:
 
 
 def _read_table(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str]]]:
+    data = read_input(path, MAX_TRACE_BYTES, AppTraceError)
     try:
-        text = read_capped(path, MAX_TRACE_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        raise AppTraceError(f"{path}:0:0: no such file") from None
-    except (FileTooLarge, NotRegularFile) as exc:  # a FIFO would block, a sparse file fill memory
-        raise AppTraceError(f"{path}:0:0: {exc}") from None
-    except OSError as exc:
-        raise AppTraceError(f"{path}:0:0: cannot read ({exc.strerror or exc})") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AppTraceError(f"{path}:1:1: not UTF-8 ({exc.reason})") from None
     reader = csv.reader(text.splitlines())

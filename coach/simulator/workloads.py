@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
+from coach.simulator.reading import read_input
 
 #: The six applications of the Pollux traces, with the batch-size range each was measured on (the smallest and
 #: largest validation-<bsz>.csv): init batch M0 and max batch. Trace jobs ask for M0 per GPU within that range.
@@ -94,14 +94,7 @@ def load_workload(path: Path, seed: int = 0) -> list[SimJob]:
 
 def _read_rows(path: Path) -> list[tuple[int, list[str]]]:
     """(1-based line number, fields) of every non-blank line."""
-    try:
-        data = read_capped(path, MAX_WORKLOAD_BYTES)
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}:0:0: no such file") from None
-    except (FileTooLarge, NotRegularFile) as exc:  # a FIFO would block, a sparse file fill memory
-        raise WorkloadError(f"{path}:0:0: {exc}") from None
-    except OSError as exc:
-        raise WorkloadError(f"{path}:0:0: cannot read ({exc.strerror or exc})") from None
+    data = read_input(path, MAX_WORKLOAD_BYTES, WorkloadError)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
