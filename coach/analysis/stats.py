@@ -250,8 +250,11 @@ def side_stats(runs: Sequence[tuple[str, Mapping]]) -> dict:
 def compare(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, Mapping]],
             test: str = DEFAULT_TEST) -> dict:
     """compare.json's statistics: both sides, the test of A's JCTs against B's, and A − B differences."""
+    from coach.analysis.power import detectable
+
     a, b = side_stats(a_runs), side_stats(b_runs)
-    result = run_test(test, [s["jct_s"] for s in a["samples"]], [s["jct_s"] for s in b["samples"]])
+    a_jct, b_jct = [s["jct_s"] for s in a["samples"]], [s["jct_s"] for s in b["samples"]]
+    result = run_test(test, a_jct, b_jct)
 
     def minus(key: str, inner: str | None = None) -> float | None:
         x = a[key][inner] if inner else a[key]
@@ -262,6 +265,7 @@ def compare(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, M
         "a": a,
         "b": b,
         "test": result.to_dict(),
+        "detectable": detectable(a_jct, b_jct),  # the smallest difference these samples detect (power 0.8)
         "difference_a_minus_b": {
             "mean_jct_s": minus("jct_s", "mean"),
             "median_jct_s": minus("jct_s", "50%"),

@@ -69,6 +69,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from coach.analysis.power import repetitions_to_detect
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec
 
 from coach.files.cluster import ClusterFileError, load_cluster
@@ -468,9 +469,12 @@ def _jct_text(summary: Mapping) -> str:
 
 def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None,
                    say: Callable[[str], None] = lambda line: print(line, flush=True),
-                   runner: Callable[..., Any] | None = None) -> ExperimentReport:
+                   runner: Callable[..., Any] | None = None, detect: float | None = None,
+                   most_repeats: int = 100) -> ExperimentReport:
     """Run every cell `repeat` times (default: the matrix's), sequentially; keep manifest.json current.
 
+    With `detect` (a fraction of the mean JCT), those runs are a pilot: from its variance, the cells are repeated
+    as often as `coach compare` needs to detect that difference (coach.analysis.power), at most `most_repeats`.
     `runner` is `coach.app.run.run_jobs` unless a test passes another with the same keyword arguments.
     """
     if runner is None:
@@ -503,13 +507,18 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         manifest["cells"].append(entries[cell.cell_id])
     write_json_atomic(experiment_dir / MANIFEST, manifest)
 
-    total = len(plan) * repeat
-    say(f"experiment {experiment_id}: {len(plan)} cells x {repeat} repeat(s) = {total} runs -> {experiment_dir}")
+    total, pilot = len(plan) * repeat, repeat
+    pilot_of = " (the pilot)" if detect is not None else ""
+    say(f"experiment {experiment_id}: {len(plan)} cells x {repeat} repeat(s) = {total} runs{pilot_of} -> "
+        f"{experiment_dir}")
     codes: list[int] = []
+    jcts: dict[str, list[list[float]]] = {cell.cell_id: [] for cell in plan}  # cell -> each run's JCTs
     step = 0
     finished = False  # False while an unexpected error propagates: the manifest then has no exit code
     try:
-        for repetition in range(1, repeat + 1):
+        repetition = 0
+        while repetition < repeat:
+            repetition += 1
             for cell in plan:
                 step += 1
                 head = f"[{step}/{total}] {cell.cell_id}" + (f" (repeat {repetition}/{repeat})" if repeat > 1 else "")
@@ -519,6 +528,8 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
                                 scheduler=cell.scheduler, placement_timeout_s=matrix.placement_timeout_s)
                 wall_s = time.monotonic() - began_s
                 codes.append(report.exit_code)
+                jcts[cell.cell_id].append([job["jct_s"] for job in report.summary.get("jobs", {}).values()
+                                           if job.get("jct_s") is not None and job.get("stop_reason") != "interrupted"])
                 entries[cell.cell_id]["runs"].append({
                     "repetition": repetition, "run_id": report.run_id,
                     "run_dir": str(Path(report.run_dir).resolve().relative_to(experiment_dir.resolve())),
@@ -529,6 +540,13 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
                     f"{_jct_text(report.summary)}")
                 if report.exit_code == EXIT_INTERRUPTED:
                     raise KeyboardInterrupt
+            if detect is not None and repetition == pilot and "detect" not in manifest:  # plan the rest from it
+                found = repetitions_to_detect(detect, jcts, max(pilot, min(most_repeats, MAX_RUNS // len(plan))))
+                manifest["detect"] = found
+                repeat = manifest["repeat"] = found["repeat"]
+                total = len(plan) * repeat
+                write_json_atomic(experiment_dir / MANIFEST, manifest)
+                say(_detect_text(found, len(plan)))
         finished = True
     except KeyboardInterrupt:  # Ctrl-C between runs, or a run that was interrupted
         codes.append(EXIT_INTERRUPTED)
@@ -541,6 +559,18 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         manifest["exit_code"] = _exit_code(codes) if finished else None
         write_json_atomic(experiment_dir / MANIFEST, manifest)
     return ExperimentReport(experiment_id, experiment_dir, manifest, manifest["exit_code"])
+
+
+def _detect_text(plan: Mapping[str, Any], cells_: int) -> str:
+    """One line: what the pilot showed and how many repetitions follow."""
+    noisiest = max(plan["cells"].items(), key=lambda item: item[1]["runs_needed"])
+    cell, found = noisiest
+    why = (f"{cell} has mean JCT {found['mean_jct_s']:.1f} s, sd {found['sd_jct_s']:.1f} s, so d = "
+           f"{found['cohens_d']:.2f} needs {found['jobs_needed']} jobs a side" if found["cohens_d"] is not None
+           else f"{cell} gave fewer than 2 JCTs (or no spread)")
+    capped = f" (capped: {plan['wanted']} wanted)" if plan["capped"] else ""
+    return (f"detect {plan['effect'] * 100:g}% (alpha {plan['alpha']:g}, power {plan['power']:g}): {why}; "
+            f"{plan['repeat']} repeat(s) of {cells_} cells{capped}")
 
 
 # --------------------------------------------------------------------------- selecting runs (for compare)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coach.ui.errors import BadInput, fail, integer
+from coach.ui.errors import BadInput, fail, integer, percent
 
 #: Most runs per cell `coach experiment --repeat` may ask for (the matrix's `repeat` has the same bound).
 MAX_REPEAT = 100
@@ -29,6 +29,19 @@ def _num(value, digits: int = 3) -> str:
 # --------------------------------------------------------------------------- experiment
 
 
+def _detectable_line(found: dict) -> str:
+    """How small a difference this comparison could see: so that "no difference" is not read from too few runs."""
+    head = f"power: with {found['n_a']} and {found['n_b']} jobs"
+    if found["cohens_d"] is None:
+        return f"{head} no difference can be detected (at least 2 jobs with a JCT per side are needed)"
+    size = f"d = {found['cohens_d']:.2f}"
+    if found["jct_s"] is not None:
+        size = f"{_num(found['jct_s'])} s" + (f" ({found['percent_of_a_mean']:.1f}% of A's mean JCT, {size})"
+                                               if found["percent_of_a_mean"] is not None else f" ({size})")
+    return (f"{head}, the smallest difference in mean JCT this test detects (alpha = {found['alpha']:g}, power = "
+            f"{found['power']:g}) is {size}; a smaller one may be real and missed")
+
+
 def cmd_experiment(args) -> int:
     from coach.experiments.matrix import (ALLOCATIONS, MAX_RUNS, MatrixFileError, cells, load_matrix,
                                           run_experiment)
@@ -44,7 +57,9 @@ def cmd_experiment(args) -> int:
     if args.dry_run:
         plan = cells(matrix)
         repeat = args.repeat or matrix.repeat
-        print(f"{args.matrix}: ok: {len(plan)} cells x {repeat} repeat(s) = {len(plan) * repeat} runs on "
+        pilot = (f" as a pilot, then up to {MAX_REPEAT} repeats to detect {args.detect * 100:g}%"
+                 if args.detect else "")
+        print(f"{args.matrix}: ok: {len(plan)} cells x {repeat} repeat(s) = {len(plan) * repeat} runs{pilot} on "
               f"{matrix.cluster.name} ({matrix.cluster.total_slots} slots)")
         for cell in plan:
             counts = ALLOCATIONS[cell.allocation](matrix)
@@ -52,7 +67,8 @@ def cmd_experiment(args) -> int:
             print(f"  {cell.cell_id}: {cell.jobs} x {cell.model}, {cell.allocation}{shown}, scheduler {cell.scheduler}")
         return 0
     _folder("--results", args.results)
-    report = run_experiment(matrix, Path(args.results), repeat=args.repeat)
+    report = run_experiment(matrix, Path(args.results), repeat=args.repeat, detect=args.detect,
+                            most_repeats=MAX_REPEAT)
     print(f"experiment: {report.experiment_dir}")
     return report.exit_code
 
@@ -96,6 +112,7 @@ def compare_selections(a, b, test: str, out_dir: Path) -> dict:
         "a": _side_json(a, result["a"]),
         "b": _side_json(b, result["b"]),
         "test": result["test"],
+        "detectable": result["detectable"],
         "difference_a_minus_b": result["difference_a_minus_b"],
         "plots": {key: path.name for key, path in plot_files.items()},
     }
@@ -136,6 +153,7 @@ def print_comparison(data: dict) -> None:
         console.print(f"{test['title']}: {test['statistic_name']} = {test['statistic']:.4f}, "
                       f"p = {test['p_value']:.4g}; {effects}; mean JCT A - B = "
                       f"{_num(data['difference_a_minus_b']['mean_jct_s'])} s", highlight=False)
+    console.print(_detectable_line(data["detectable"]), highlight=False)
     for side_name, side in zip(("A", "B"), (data["a"], data["b"])):
         for job in side["excluded_jobs"]:
             console.print(f"{side_name}: left out {job['run']}/{job['job']}: {job['reason']}", highlight=False)
@@ -219,6 +237,10 @@ def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
     experiment.add_argument("--results", default="results", metavar="DIR",
                             help="folder for results; the experiment goes to DIR/experiments/<id>/ "
                                  "(default: %(default)s)")
+    experiment.add_argument("--detect", type=percent(0.0, 100.0), metavar="PCT",
+                            help="run the repeats as a pilot, then repeat every cell as often as `coach compare` "
+                                 "needs to detect a difference of PCT%% of the mean JCT (alpha 0.05, power 0.8), at "
+                                 f"most {MAX_REPEAT} times; 0 < PCT <= 100, e.g. 10%% (default: off)")
     experiment.add_argument("--dry-run", action="store_true",
                             help="validate and list the cells; run nothing (default: off)")
     experiment.set_defaults(func=cmd_experiment)

@@ -97,3 +97,14 @@ def number(low: float, high: float, *, low_exclusive: bool = False) -> Callable[
 
     parse.__name__ = "number"
     return parse
+
+
+def percent(low: float, high: float) -> Callable[[str], float]:
+    """An argparse `type=`: `10%` or `10` (percent, finite, in (low, high]) -> the fraction 0.1."""
+    as_number = number(low, high, low_exclusive=True)
+
+    def parse(text: str) -> float:
+        return as_number(text[:-1] if text.endswith("%") else text) / 100
+
+    parse.__name__ = "percent"
+    return parse

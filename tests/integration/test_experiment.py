@@ -247,3 +247,58 @@ def test_tiny_matrix_end_to_end_then_compare_its_schedulers(tmp_path, capsys):
     for name in ("jct_box.png", "epoch_time.png", "runtime_bars.png"):
         assert matplotlib.image.imread(out / name).shape == (500, 800, 4)
     print("\n".join(said), capsys.readouterr().out, sep="\n")  # what the experiment and compare printed, for -s
+
+
+class JctRunner(FakeRunner):
+    """FakeRunner whose runs give the JCTs of a list, one run after the other (job i of a run: its i-th value)."""
+
+    def __init__(self, jcts_per_run):
+        super().__init__()
+        self.jcts = list(jcts_per_run)
+
+    def __call__(self, specs, cluster, results_root, view, scheduler, placement_timeout_s):
+        report = super().__call__(specs, cluster, results_root, view, scheduler, placement_timeout_s)
+        jcts = self.jcts[(len(self.calls) - 1) % len(self.jcts)]
+        for (name, outcome), jct in zip(report.summary["jobs"].items(), jcts):
+            outcome["jct_s"] = jct
+        return report
+
+
+def test_detect_runs_a_pilot_then_as_many_repeats_as_the_pilots_spread_needs(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path, allocation=["static"], schedulers=["gang"], jobs=[2]))
+    # one cell; pilot JCTs 100, 110 then 90, 100: mean 100 s, sd 8.16 s; 10% of 100 s is d = 1.22, which a
+    # two-sided t-test at alpha 0.05 detects with power 0.8 from 12 jobs a side (power 0.818; 11 give 0.780)
+    runner = JctRunner([(100.0, 110.0), (90.0, 100.0)])
+    said = []
+    report = run_experiment(matrix, tmp_path / "r", repeat=2, say=said.append, runner=runner, detect=0.10)
+    manifest = report.manifest
+    assert manifest["repeat"] == 6 and manifest["detect"]["pilot"] == 2 and not manifest["detect"]["capped"]
+    cell = manifest["detect"]["cells"]["m-j2-static-gang"]
+    assert (cell["jobs_needed"], cell["runs_needed"]) == (12, 6)
+    assert cell["mean_jct_s"] == pytest.approx(100.0) and cell["sd_jct_s"] == pytest.approx(8.165, abs=1e-3)
+    assert len(runner.calls) == 6  # 6 repeats of the cell, the pilot's 2 included
+    assert [len(entry["runs"]) for entry in manifest["cells"]] == [6]
+    assert ("detect 10% (alpha 0.05, power 0.8): m-j2-static-gang has mean JCT 100.0 s, sd 8.2 s, so d = 1.22 "
+            "needs 12 jobs a side; 6 repeat(s) of 1 cells") in said
+
+
+def test_detect_is_capped_and_says_so(tmp_path):
+    matrix = load_matrix(write_matrix(tmp_path, allocation=["static"], schedulers=["gang"], jobs=[2]))
+    # JCTs 10 s and 20 s in every run: sd 5.8 s against 1.5 s to detect, over 100 repeats would be needed
+    report = run_experiment(matrix, tmp_path / "r", repeat=2, say=lambda line: None, runner=FakeRunner(),
+                            detect=0.10, most_repeats=4)
+    assert report.manifest["detect"]["capped"] and report.manifest["detect"]["wanted"] > 100
+    assert report.manifest["repeat"] == 4
+    assert all(len(entry["runs"]) == 4 for entry in report.manifest["cells"])
+
+
+def test_detect_option_bounds_and_dry_run(tmp_path, capsys):
+    path = write_matrix(tmp_path, allocation=["static"], schedulers=["gang"])
+    assert main(["experiment", str(path), "--detect", "10%", "--dry-run", "--repeat", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{path}: ok: 2 cells x 2 repeat(s) = 4 runs as a pilot, then up to 100 repeats to detect 10% on "
+        "thesis-3-nodes (12 slots)")
+    for bad in ("0%", "101", "nan%", "ten"):
+        assert main(["experiment", str(path), "--detect", bad, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("coach experiment: error: argument --detect: ") and err.count("\n") == 1
