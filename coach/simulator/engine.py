@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Sequence
 from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
+from coach.simulator.policies.common import check_grants
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, Policy
 from coach.simulator.workloads import SimJob
 
@@ -57,6 +58,7 @@ class JobRun:
     requeues: int = 0  # placement timeouts (Coach's lifecycle stops a job after MAX_REQUEUES of them)
     held_gpu_s: float = 0.0  # GPU-seconds held by replicas of a job that could not run (partly placed)
     deadlocked: bool = False  # ever part of a scheduler deadlock
+    out_of_money: bool = False  # its finish time is when its budget runs out, not when its work is done
     segments: list[dict] = field(default_factory=list)  # one per placement the job trained on
 
     @property
@@ -134,17 +136,26 @@ class Simulator:
     def _idle_for_good(self) -> bool:
         """No job runs, none has replicas waiting at the scheduler, none arrives, and the policy granted nothing:
         nothing can change any more (no policy decides differently on an idle cluster where time alone passes)."""
-        return bool(self.active) and not self.training_gpus and not self.partial and not self.placement.pending \
-            and all(run.grant is None for run in self.active.values())
+        if not self.active or self.training_gpus or self.partial or self.stuck:
+            return False
+        if all(run.grant is None for run in self.active.values()) and not self.placement.pending:
+            return True
+        # replicas wait at a settled scheduler with nothing running: no round will bind them
+        return not self.policy.elastic and self.placement.settled and bool(self.placement.pending)
 
     def _give_up(self, now_s: float) -> None:
         for run in list(self.active.values()):
-            reason = "budget" if run.budget is not None else "unschedulable: the policy never granted it GPUs"
+            if run.grant is not None:
+                reason = "unschedulable: its replicas can never all be placed"
+            elif run.budget is not None:
+                reason = "budget"  # only a policy that spends within budgets withholds GPUs from an idle cluster
+            else:
+                reason = "unschedulable: the policy never granted it GPUs"
             self._finish(run, now_s, reason)
 
     def _round_at(self, t_s: float) -> float:
         """The first round boundary at or after t_s."""
-        return math.ceil(t_s / self.interval_s - 1e-9) * self.interval_s
+        return math.ceil(t_s / self.interval_s - 1e-9) * self.interval_s  # within 1e-9 of a round: that round
 
     def _next_round(self, now_s: float, next_arrival_s: float | None) -> float:
         following = now_s + self.interval_s
@@ -174,8 +185,9 @@ class Simulator:
                         self._finish(run, run.finish_at_s, "completed")
                     else:
                         self._set_rate(run)
+                        self._no_progress(run, now_s)
         else:  # only the jobs due: the others' progress is accounted when they finish
-            while self.finishing and self.finishing[0][0] <= now_s:
+            while self.finishing and self.finishing[0][0] <= now_s + self.interval_s * 1e-9:
                 entry = heapq.heappop(self.finishing)
                 if not self._stale(entry):
                     run = self.runs[entry[1]]
@@ -219,12 +231,13 @@ class Simulator:
             duration_s = _seconds_to_finish(run.app, throughput, grant.batch, run.progress, run.total_progress)
             run.rate = remaining / duration_s if duration_s > 0 else 0.0
             run.finish_at_s = start_s + duration_s
+        run.out_of_money = False
         if run.budget is not None:  # never spend more than the budget: stop when it runs out
             price_s = sum(self.price_of[node] * n for node, n in run.nodes.items())
             left_s = (run.budget - run.spent) / price_s if price_s > 0 else math.inf
             if run.updated_s + left_s < run.finish_at_s:
                 run.finish_at_s = run.updated_s + max(left_s, 0.0)
-                run.segments[-1]["budget_end_s"] = run.finish_at_s
+                run.out_of_money = True
         if not self.policy.elastic and math.isfinite(run.finish_at_s):
             heapq.heappush(self.finishing, (run.finish_at_s, run.name))
 
@@ -257,6 +270,7 @@ class Simulator:
         snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s,
                                    tuple(self._view(r) for r in asked.values()))
         grants = self.policy.allocate(snapshot)
+        check_grants(snapshot, grants, queued=not self.policy.elastic)  # a policy's bug stops here, named
         for name, run in list(asked.items()):
             grant = grants.get(name)
             if grant == run.grant:
@@ -268,6 +282,7 @@ class Simulator:
                 run.grant = grant
                 run.segments[-1]["batch"] = grant.batch  # a segment keeps the last batch size it ran at
                 self._set_rate(run)
+                self._no_progress(run, now_s)
                 continue
             self._stop_segment(run, now_s)
             run.grant = grant
@@ -305,6 +320,7 @@ class Simulator:
                 self._start(run, now_s)
             elif name not in self.partial:
                 run.partial_since_s = now_s
+                run.updated_s = now_s  # held GPU time is counted from here
                 self.partial[name] = run
         if not self.partial:
             self.stuck = False
@@ -321,11 +337,20 @@ class Simulator:
                 run.partial_since_s = None
                 del self.partial[run.name]
                 run.requeues += 1
+                run.updated_s = now_s
                 self.events += 1
                 if run.requeues > MAX_REQUEUES:
                     self._finish(run, now_s, f"unschedulable: no quorum after {MAX_REQUEUES} placement timeouts")
                 else:
                     placement.submit(run.name, run.grant.gpus)
+
+    def _no_progress(self, run: JobRun, now_s: float) -> bool:
+        """A job whose allocation trains at no speed would hold its GPUs for ever: it stops instead."""
+        if run.rate > 0 or run.progress >= run.total_progress or run.out_of_money:
+            return False
+        self._account(run, now_s)
+        self._finish(run, now_s, f"unschedulable: no progress on {run.grant.gpus} GPUs at batch {run.grant.batch}")
+        return True
 
     def _start(self, run: JobRun, now_s: float) -> None:
         run.running = True
@@ -339,11 +364,16 @@ class Simulator:
         run.segments.append({"start_s": now_s, "end_s": now_s, "gpus": run.grant.gpus, "batch": run.grant.batch,
                              "nodes": dict(sorted(run.nodes.items())), "cost": 0.0})
         self._set_rate(run)
+        if self._no_progress(run, now_s):
+            return
         self.events += 1
 
     def _finish(self, run: JobRun, at_s: float, reason: str, active: bool = True) -> None:
-        if run.budget is not None and reason == "completed" and run.progress < run.total_progress:
-            reason = "budget"
+        if reason == "completed":
+            if run.out_of_money:
+                reason = "budget"
+            else:
+                run.progress = run.total_progress  # the work is done (accounting may end an ulp short)
         run.finished_s = at_s
         run.stop_reason = reason
         if run.running:

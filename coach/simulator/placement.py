@@ -71,7 +71,7 @@ class ReplicaPlacement:
         result = self._scheduler.schedule(now_s)
         if changed or result.bound or result.rejected:
             self._settle_at_s, self.settled = now_s + MAX_BACKOFF_S, False
-        elif now_s >= self._settle_at_s:
+        elif now_s >= self._settle_at_s and not self._scheduler.waiting:  # a pod at Permit is allowed or times out
             self.settled = True
         touched = set()
         for name, node in result.bound.items():

@@ -61,6 +61,18 @@ def _jct_s(run: JobRun) -> float | None:
     return _round(run.finished_s - run.spec.arrival_s)
 
 
+def _time_weighted(samples: list[tuple[float, float]], end_s: float) -> float | None:
+    """The mean share of GPUs training over time: each sample holds until the next (rounds a rigid policy
+    skips are long ones), the last until the last job ends."""
+    if not samples:
+        return None
+    times = [t_s for t_s, _ in samples] + [max(end_s, samples[-1][0])]
+    span_s = times[-1] - times[0]
+    if span_s <= 0:
+        return _round(samples[-1][1], 4)
+    return _round(sum(share * (times[i + 1] - times[i]) for i, (_, share) in enumerate(samples)) / span_s, 4)
+
+
 def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
     """summary.json: the run's makespan and statistics, then every job's outcome (in arrival order)."""
     runs = sorted(outcome.jobs, key=lambda r: (r.spec.arrival_s, r.name))
@@ -68,7 +80,7 @@ def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
     finished = [r.finished_s for r in runs if r.finished_s is not None]
     all_done = len(finished) == len(runs)
     first_s = min((r.spec.arrival_s for r in runs), default=0.0)
-    shares = np.array([share for _, share in outcome.utilization], dtype=float)
+    end_s = max([*finished, *(t_s for t_s, _ in outcome.utilization)], default=0.0)
     stats = {
         "jobs": len(runs),
         "completed": int(len(jcts)),
@@ -76,7 +88,7 @@ def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
         "median_jct_s": _round(np.median(jcts)) if len(jcts) else None,
         "p99_jct_s": _round(np.percentile(jcts, 99)) if len(jcts) else None,
         "makespan_s": _round(max(finished) - first_s) if finished and all_done else None,
-        "utilization": _round(shares.mean(), 4) if len(shares) else None,
+        "utilization": _time_weighted(outcome.utilization, end_s),
         "deadlocked_jobs": sum(1 for r in runs if r.deadlocked),
         "deadlock_rounds": outcome.deadlocks,
         "held_gpu_hours": _round(sum(r.held_gpu_s for r in runs) / 3600),

@@ -105,7 +105,8 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
     if unknown:
         raise WorkloadError(f"{settings.workload}: application: no traces for {', '.join(unknown)} (no "
                             f"<traces>/<app>/placements.csv)")
-    totals = {job.name: job_total_progress(job, apps[job.app]) for job in jobs}
+    per_node = max(node.slots for node in settings.cluster.nodes)
+    totals = {job.name: job_total_progress(job, apps[job.app], per_node) for job in jobs}
     cluster = settings.cluster
     price = max(node.price_per_slot_s for node in cluster.nodes)
     budgets = None if settings.budget_factor is None else _budgets(

@@ -206,3 +206,78 @@ def test_a_new_batch_size_on_the_same_gpus_changes_in_place_without_a_restart():
     assert result.restarts == 0 and len(result.segments) == 1
     assert result.segments[0]["batch"] == 512  # the last batch size it ran at
     assert result.finished_s == pytest.approx(RESTART_S + 100_000.0 / 200.0)  # one restart delay, at the start
+
+
+def test_a_job_that_finishes_its_work_within_a_large_budget_is_completed_not_budget():
+    import random
+
+    rng = random.Random(7)
+    for policy in (Requested(), EveryRound()):
+        for _ in range(50):
+            total = rng.uniform(1e4, 1e7)
+            (result,) = run([SimJob("a", 0.0, "linear", 2, 64)], {"a": total}, cluster(1, 4), policy,
+                            budgets={"a": 1e12}).jobs
+            assert result.stop_reason == "completed" and result.progress == total
+
+
+def test_utilization_is_averaged_over_time_however_many_rounds_were_skipped():
+    from coach.simulator.results import summary
+
+    job = SimJob("a", 0.0, "linear", 4, 64)
+    shares = []
+    for policy in (Requested(), EveryRound()):  # the rigid run visits 3 rounds, the elastic one 602
+        outcome = run([job], {"a": 400.0 * 36_000}, cluster(1, 4), policy)
+        shares.append(summary(outcome, "r", {})["stats"]["utilization"])
+    assert shares[0] == pytest.approx(shares[1], abs=0.01) and shares[0] > 0.99
+
+
+def test_gpus_held_by_a_partly_placed_job_count_from_when_it_got_them():
+    """a holds the 4 GPUs until 10030 s; then b binds 3 and c 1, which c holds until b ends and it starts."""
+    jobs = [SimJob("a", 0.0, "linear", 4, 128), SimJob("b", 0.0, "linear", 3, 96), SimJob("c", 0.0, "linear", 3, 96)]
+    runs = {r.name: r for r in run(jobs, {"a": 4e6, "b": 3e6, "c": 3e4}, cluster(1, 4), Requested(), "default").jobs}
+    assert runs["c"].started_s == 20160.0
+    assert runs["c"].held_gpu_s == pytest.approx(1 * (20160.0 - 10080.0))
+
+
+@dataclass
+class StalledApp(LinearApp):
+    def throughput(self, gpus, nodes, batch):
+        return 0.0
+
+
+def test_a_job_that_would_train_at_no_speed_stops_instead_of_holding_its_gpus_for_ever():
+    for policy in (Requested(), EveryRound()):
+        outcome = Simulator([SimJob("a", 0.0, "linear", 3, 96)], {"linear": StalledApp()}, {"a": 1e6},
+                            cluster(1, 4), policy, "gang").run()
+        assert outcome.jobs[0].stop_reason == "unschedulable: no progress on 3 GPUs at batch 96"
+
+
+def test_skipping_quiet_rounds_changes_no_answer_under_any_profile():
+    import random
+
+    class EveryRoundVisited(Simulator):
+        def _next_round(self, now_s, next_arrival_s):
+            return now_s + self.interval_s
+
+    apps = {"linear": LinearApp()}
+    for seed in range(12):
+        rng = random.Random(seed)
+        profile = ("default", "gang", "gang-strict")[seed % 3]
+        jobs = [SimJob(f"j{i}", rng.uniform(0, 3000), "linear", rng.randint(1, 6), 64) for i in range(8)]
+        totals = {j.name: rng.uniform(1e4, 3e5) for j in jobs}
+        skipped = Simulator(jobs, apps, totals, cluster(2, 4), Requested(), profile).run()
+        visited = EveryRoundVisited(jobs, apps, totals, cluster(2, 4), Requested(), profile).run()
+        for a, b in zip(skipped.jobs, visited.jobs):
+            assert (a.name, a.stop_reason, a.restarts, a.requeues) == (b.name, b.stop_reason, b.restarts, b.requeues)
+            assert a.finished_s == pytest.approx(b.finished_s) and a.held_gpu_s == pytest.approx(b.held_gpu_s)
+
+
+def test_a_policy_granting_more_than_the_cluster_is_stopped_with_its_job_named():
+    class Greedy:
+        elastic = True
+
+        def allocate(self, snapshot):
+            return {job.name: Grant(snapshot.total_gpus + 1, 64) for job in snapshot.jobs}
+
+    with pytest.raises(ValueError, match=r"job 'a': gpus 5 outside \[1, 4\]"):
+        run([SimJob("a", 0.0, "linear", 2, 64)], {"a": 1e5}, cluster(1, 4), Greedy())
