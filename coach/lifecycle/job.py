@@ -34,18 +34,22 @@ from typing import Mapping
 from coach.domain.cluster import ClusterSpec
 from coach.domain.contracts import Hyper
 from coach.domain.identity import FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts
-from coach.domain.invocation import Failure
+from coach.domain.invocation import TIMEOUT, Failure
 from coach.domain.jobs import JobSpec
 from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
-from coach.model.cost import epoch_cost, predicted_cost
+from coach.model.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
 from coach.model.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
 from coach.policy.run_policy import Counts, Wait
 from coach.policy.stopping import StopInputs, decide, stop_metric
 
+#: An epoch's deadline from money is this share of the seconds the money left pays for, less REPLY_RESERVE_S: the
+#: replies come a little after the deadline, and what they cost must still fit (the budget is a hard cap).
+BUDGET_MARGIN = 0.9
+REPLY_RESERVE_S = 0.5
 INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
 MAX_REQUEUES = 5  # a job that misses its quorum this often stops as unschedulable
 REQUEUE_BACKOFF_S = 1.0  # first wait after giving slots back; doubles per requeue
@@ -119,6 +123,7 @@ class JobLifecycle:
         self.run_id = run_id
         self.calibration = calibration  # the policy's calibration points for this job
         self.placement_timeout_s = placement_timeout_s
+        self._money_bound = False  # the running attempt's deadline is where its money ends, not epoch_timeout_s
         self.first_requeue_backoff_s = first_requeue_backoff_s  # wait after the first requeue; doubles per requeue
         self._total_slots = cluster.total_slots
         self._prices = {node.name: node.price_per_slot_s for node in cluster.nodes}
@@ -374,6 +379,14 @@ class JobLifecycle:
         spec, step = self.spec, self.step
         used = self._epoch_functions()
         counts = role_counts(used)
+        # the budget is a hard cap: the functions stop at the time the money left pays for (with a margin)
+        price_s = sum(self._prices[self.bound[fid]] for fid in used)
+        money_s = ((spec.budget - self.history.spent) / price_s * BUDGET_MARGIN - REPLY_RESERVE_S if price_s > 0
+                   else math.inf)
+        deadline_s = min(spec.epoch_timeout_s, money_s)
+        if deadline_s < MIN_EPOCH_S:  # not even an epoch's fixed part fits in what is left
+            return self._finish(now_s, "budget")
+        self._money_bound = deadline_s < spec.epoch_timeout_s
         self.awaiting = Awaiting.EPOCH
         return [cmd.InvokeEpoch(
             functions=tuple((fid, self.bound[fid]) for fid in used), workers=counts[Role.WORKER],
@@ -381,7 +394,7 @@ class JobLifecycle:
             data_fraction=step.data_fraction, save_tag=step.tag, checkpoint_load=self.history.checkpoint,
             model_path=str(spec.model_path),
             hyper=Hyper(spec.batch_size, spec.optimizer, spec.learning_rate, dict(spec.optimizer_params), spec.seed),
-            deadline_s=spec.epoch_timeout_s, timeout_s=spec.epoch_timeout_s + INVOKE_GRACE_S)]
+            deadline_s=deadline_s, timeout_s=deadline_s + INVOKE_GRACE_S)]
 
     def _cost(self, durations_s: Mapping[FunctionId, float]) -> float:
         return epoch_cost({fid.name: d for fid, d in durations_s.items()},
@@ -477,10 +490,13 @@ class JobLifecycle:
         self._charge(cost, slot_s)
         if self.stop_requested:
             return self._finish(now_s, INTERRUPTED)
-        exhausted = self.attempt > self.spec.max_retries or not failure.retryable
+        broke = self._money_bound and failure.kind == TIMEOUT  # it ran until the money was spent
+        exhausted = self.attempt > self.spec.max_retries or not failure.retryable or broke
         out = [self._line(now_s, "retry", self.step.epoch, None,
                           {**self.step.extra, "error": failure.describe(), "will_retry": not exhausted},
                           self.attempt)]
+        if broke:
+            return out + self._finish(now_s, "budget")
         if exhausted:
             return out + self._finish(now_s, f"failed after {self.attempt} attempts: {failure.describe()}")
         self._show("retrying", f"attempt {self.attempt} failed: {failure.describe()}")

@@ -13,7 +13,7 @@ from typing import Mapping, Protocol
 
 from coach.domain.contracts import EpochRequest, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role
-from coach.domain.invocation import ERROR, Failure, FunctionRef, Reply
+from coach.domain.invocation import ERROR, TIMEOUT, Failure, FunctionRef, Reply
 
 
 class SavedMarks(Protocol):
@@ -69,6 +69,8 @@ class SimulatedPlatform:
         model = self.models.get(ref.fid.job, SimModel())
         ps = request.ps
         wall_s = model.epoch_s(ps.num_workers, ps.num_servers, request.data_fraction)
+        if wall_s > request.deadline_s:  # as the runtime does: it gives up at its deadline (HTTP 504)
+            return Failure(ref.name, TIMEOUT, f"deadline of {request.deadline_s:g} s exceeded", request.deadline_s)
         if (ref.fid.job, request.step, request.attempt) in self.fail:
             return Failure(ref.name, ERROR, f"injected failure at step {request.step}", wall_s / 2)
         if ref.fid.role != Role.WORKER:

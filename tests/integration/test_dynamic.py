@@ -80,10 +80,19 @@ def test_a_budget_below_the_cost_floor_stops_a_dynamic_job_before_it_spends(tmp_
 
 
 def test_a_small_budget_stops_a_dynamic_job_during_calibration(tmp_path, make_job, marker):
-    job = make_job(f"{marker}-small", workers=None, servers=None, budget=1e-4)  # above the floor, below a step
+    # 6e-4 pays the first step's 3 slots (0.0001 each) for 2 s, so its deadline is 2 x 0.9 - 0.5 = 1.3 s; the
+    # steps that fit in time are logged, the one that meets its money's deadline answers 504 (a `retry` line that
+    # will not retry), and the job ends with `budget` long before the four calibration steps are done
+    job = make_job(f"{marker}-small", workers=None, servers=None, budget=6e-4)
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
 
     records = read_log(report.run_dir / f"{job.name}.jsonl")
-    assert [r["phase"] for r in records] == ["calibration", "stopped"]
-    assert records[-1]["stop_reason"] == "budget"
+    phases = [r["phase"] for r in records]
+    assert phases[-1] == "stopped" and records[-1]["stop_reason"] == "budget"
+    assert set(phases[:-1]) <= {"calibration", "retry"} and phases.count("calibration") < 4
+    assert "retry" not in phases[:-2]  # a deadline met for lack of money ends the job: no retry after it
+    for record in records:
+        if record["phase"] == "retry":
+            assert record["will_retry"] is False and "deadline of" in record["error"]
+    assert all(0 < r["cumulative_cost"] <= job.budget for r in records)  # spent, and never more than the budget
     assert report.exit_code == 0

@@ -24,7 +24,7 @@ from coach.lifecycle.commands import (AskPolicy, Deploy, Finish, InvokeEpoch, Pr
                                       Submit, WaitUntil, WatchPlacement, WriteRecord)
 from coach.lifecycle.events import (Bindings, Decided, Deployed, EpochDone, EpochFailed, Resume, Start,
                                     StopRequested, TimerFired)
-from coach.lifecycle.job import (MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
+from coach.lifecycle.job import (BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
                                  requeue_backoff_s, retry_backoff_s)
 from coach.policy.history import history_from_records
 from coach.policy.run_policy import Counts, Wait
@@ -34,6 +34,7 @@ T0 = 1_700_000_000.0
 MODEL = "/models/lenet.py"
 HYPER = Hyper(32, "sgd", 0.05, {"momentum": 0.9}, 7)
 # node-a holds the scheduler and servers at 0.5 per slot-second, node-b the workers at 0.25
+BUDGET = 100_000.0  # so much that no epoch's deadline comes from money (those tests set their own budget)
 CLUSTER = ClusterSpec("two-nodes", (NodeSpec("node-a", 4, 0.5), NodeSpec("node-b", 4, 0.25)))
 NODE = {Role.SCHEDULER: "node-a", Role.SERVER: "node-a", Role.WORKER: "node-b"}
 CALIBRATION = ((1, 1), (1, 2), (2, 1), (2, 2))
@@ -49,7 +50,7 @@ COST_21, COST_11, COST_12, COST_22 = 15.0, 12.5, 17.5, 20.0
 def job_spec(**changes) -> JobSpec:
     spec = JobSpec(name="lenet", source=Path("/jobs/lenet.yaml"), model_path=Path(MODEL), batch_size=32,
                    optimizer="sgd", optimizer_params={"momentum": 0.9}, learning_rate=0.05, target_loss=0.5,
-                   consecutive=3, max_epochs=10, budget=1000.0, workers=2, servers=1, max_workers=None,
+                   consecutive=3, max_epochs=10, budget=BUDGET, workers=2, servers=1, max_workers=None,
                    max_servers=None, seed=7, epoch_timeout_s=600.0, calibration_fraction=0.25, max_retries=3)
     return replace(spec, **changes)
 
@@ -71,11 +72,12 @@ def ckpt(tag: str) -> str:
 
 
 def invoke(ids, *, epoch: int, step: int, tag: str, load: str | None, attempt: int = 1,
-           fraction: float = 1.0) -> InvokeEpoch:
+           fraction: float = 1.0, deadline: float = 600.0) -> InvokeEpoch:
     counts = {role: sum(1 for fid in ids if fid.role is role) for role in Role}
     return InvokeEpoch(functions=placed(ids), workers=counts[Role.WORKER], servers=counts[Role.SERVER],
                        epoch=epoch, step=step, attempt=attempt, data_fraction=fraction, save_tag=tag,
-                       checkpoint_load=load, model_path=MODEL, hyper=HYPER, deadline_s=600.0, timeout_s=615.0)
+                       checkpoint_load=load, model_path=MODEL, hyper=HYPER, deadline_s=deadline,
+                       timeout_s=deadline + 15.0)
 
 
 def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0, hold: float = 10.0,
@@ -91,7 +93,7 @@ def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0
 
 
 def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end: float, tag: str,
-            phase: str = "training", stop: str | None = None, attempt: int = 1, budget: float = 1000.0,
+            phase: str = "training", stop: str | None = None, attempt: int = 1, budget: float = BUDGET,
             extra: Mapping = {}) -> EpochRecord:
     """The record of a finished step run by `ids` with the replies `epoch_done` builds."""
     workers = sum(1 for fid in ids if fid.role is Role.WORKER)
@@ -104,7 +106,7 @@ def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end
 
 
 def line(phase: str, *, epoch: int, at: float, cost: float, cumulative: float, workers: int = 2, servers: int = 1,
-         placement: Mapping = {}, stop: str | None = None, attempt: int = 1, budget: float = 1000.0,
+         placement: Mapping = {}, stop: str | None = None, attempt: int = 1, budget: float = BUDGET,
          extra: Mapping = {}, charged: float = 0.0, checkpoint: str | None = None) -> EpochRecord:
     """A line that is not a finished step: retry, requeued, stopped, interrupted or recovered.
 
@@ -141,7 +143,9 @@ class Driver:
         assert self.send(Decided(now, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(now + 30)]
         assert self.bind_all(now + 1) == [Deploy(placed(F21), MODEL)]
         out = self.send(Deployed(now + 2, F21))
-        assert out == [invoke(F21, epoch=1, step=1, tag="epoch-0001", load=None)]
+        # the deadline is epoch_timeout_s, or where the money ends first (F21 costs 1.5 per second)
+        deadline = min(600.0, self.spec.budget / 1.5 * BUDGET_MARGIN - REPLY_RESERVE_S)
+        assert out == [invoke(F21, epoch=1, step=1, tag="epoch-0001", load=None, deadline=deadline)]
         return out[0]
 
     def train(self, now: float, decision: Counts, loss: float) -> tuple[InvokeEpoch, list]:
@@ -574,7 +578,8 @@ def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overs
     else:
         assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
                        invoke((SCHED, S0, S1, W0), epoch=0, step=2, tag="calibration-2",
-                              load=ckpt("calibration-1"), fraction=0.25)]
+                              load=ckpt("calibration-1"), fraction=0.25,
+                              deadline=(budget - 12.5) / 1.75 * 0.9 - 0.5)]  # 1.75 per second: money ends first
 
 
 def test_a_calibration_step_that_spends_the_budget_stops_with_budget():
@@ -1039,3 +1044,40 @@ def test_a_plain_view_prints_each_epoch_once_unambiguously():
     assert lines[1].endswith("(epoch 1 done)") and lines[2].endswith("(epoch 2 done)")
     assert lines[3].startswith("lenet: done epochs_done=3 loss=0.7500 ")  # the last epoch ends the job
     assert not any("running" in text for text in lines)
+
+
+# --------------------------------------------------------------------------- the budget is a hard cap
+
+
+def test_an_epoch_runs_until_its_money_ends_and_a_timeout_there_ends_the_job_with_budget():
+    # budget 30; F21 costs 1.5 per second: the deadline is 30 / 1.5 x 0.9 - 0.5 = 17.5 s, not epoch_timeout_s
+    d = Driver(job_spec(budget=30.0))
+    call = d.start_static(T0)
+    assert (call.deadline_s, call.timeout_s) == (17.5, 32.5)
+    # the functions give up at 17.5 s (HTTP 504): 4 x 17.5 slot-seconds, 2 x 0.5 + 2 x 0.25 per second = 26.25
+    out = d.send(failed(T0 + 20, hold=17.5, message="deadline of 17.5 s exceeded"))
+    assert out[0] == WriteRecord(line("retry", epoch=1, at=T0 + 20, cost=26.25, cumulative=26.25, placement=names(F21),
+                                      attempt=1, budget=30.0, charged=70.0,
+                                      extra={"error": "lenet-worker-1: timeout: deadline of 17.5 s exceeded",
+                                             "will_retry": False}))
+    assert out[1].record.stop_reason == "budget" and out[1].record.cumulative_cost == 26.25 <= 30.0
+    assert out[-1] == Finish("budget")
+
+
+def test_a_step_whose_money_cannot_pay_an_epochs_fixed_part_stops_before_it_is_invoked():
+    # 1.2 left pays F21 for 1.2 / 1.5 x 0.9 - 0.5 = 0.22 s, less than MIN_EPOCH_S (0.3 s)
+    d = Driver(job_spec(budget=1.2))
+    assert d.send(Start(T0)) == [AskPolicy()]
+    d.send(Decided(T0, STATIC))
+    d.bind_all(T0 + 1)
+    out = d.send(Deployed(T0 + 2, F21))
+    assert not any(isinstance(command, InvokeEpoch) for command in out)
+    assert out[0].record.stop_reason == "budget" and out[0].record.cumulative_cost == 0.0
+    assert out[-1] == Finish("budget")
+
+
+def test_a_timeout_far_from_the_money_limit_is_retried_as_before():
+    d = Driver(job_spec(budget=100_000.0))
+    d.start_static(T0)
+    out = d.send(failed(T0 + 10))
+    assert out[0].record.extra["will_retry"] is True and out[-1] == WaitUntil(T0 + 10.5)
