@@ -69,7 +69,6 @@ class JobRun:
 @dataclass
 class Outcome:
     jobs: list[JobRun]
-    makespan_s: float
     rounds: int  # rounds simulated (skipped ones not counted)
     events: int  # arrivals, grants, bindings, completions and releases handled
     utilization: list[tuple[float, float]]  # (simulated s, share of GPUs training) at every simulated round
@@ -83,14 +82,12 @@ class Simulator:
                  cluster: ClusterSpec, policy: Policy, profile: str, interval_s: float = 60.0, seed: int = 0,
                  budgets: Mapping[str, float] | None = None, restart_s: float = RESTART_S,
                  on_round: Callable[[float, int], None] | None = None):
-        self.cluster = cluster
         self.policy = policy
         self.interval_s = interval_s
         self.restart_s = restart_s
         self.placement = ReplicaPlacement(cluster, profile, seed)
         self.node_gpus = tuple(node.slots for node in cluster.nodes)
         self.total_gpus = sum(self.node_gpus)
-        self.gpus_per_node = max(self.node_gpus)
         self.price_of = {node.name: node.price_per_slot_s for node in cluster.nodes}
         self.price_per_gpu_s = max(self.price_of.values())
         self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
@@ -129,9 +126,7 @@ class Simulator:
             if self.on_round is not None:
                 self.on_round(now_s, len(jobs) - next_arrival + len(self.active))
             now_s = self._next_round(now_s, jobs[next_arrival].arrival_s if next_arrival < len(jobs) else None)
-        finished = [r.finished_s for r in self.runs.values() if r.finished_s is not None]
-        return Outcome(list(self.runs.values()), max(finished, default=0.0), self.rounds, self.events,
-                       self.utilization, self.deadlocks)
+        return Outcome(list(self.runs.values()), self.rounds, self.events, self.utilization, self.deadlocks)
 
     def _idle_for_good(self) -> bool:
         """No job runs, none has replicas waiting at the scheduler, none arrives, and the policy granted nothing:
@@ -205,7 +200,7 @@ class Simulator:
         training_s = max(0.0, until_s - max(run.updated_s, run.train_from_s))
         run.progress = min(run.total_progress, run.progress + run.rate * training_s)
         run.attained_gpu_s += gpus * elapsed_s
-        cost = elapsed_s * sum(self.price_of[node] * n for node, n in run.nodes.items())
+        cost = elapsed_s * self._price_s(run)
         run.spent += cost
         run.updated_s = until_s
         if run.segments:
@@ -233,13 +228,17 @@ class Simulator:
             run.finish_at_s = start_s + duration_s
         run.out_of_money = False
         if run.budget is not None:  # never spend more than the budget: stop when it runs out
-            price_s = sum(self.price_of[node] * n for node, n in run.nodes.items())
+            price_s = self._price_s(run)
             left_s = (run.budget - run.spent) / price_s if price_s > 0 else math.inf
             if run.updated_s + left_s < run.finish_at_s:
                 run.finish_at_s = run.updated_s + max(left_s, 0.0)
                 run.out_of_money = True
         if not self.policy.elastic and math.isfinite(run.finish_at_s):
             heapq.heappush(self.finishing, (run.finish_at_s, run.name))
+
+    def _price_s(self, run: JobRun) -> float:
+        """Money per second of the GPUs the job holds while it runs (each at its node's price)."""
+        return sum(self.price_of[node] * n for node, n in run.nodes.items())
 
     # ---- arrivals, decisions, placement ----------------------------------------------------------------------------
 
@@ -275,8 +274,6 @@ class Simulator:
             grant = grants.get(name)
             if grant == run.grant:
                 continue
-            if grant is not None and grant.gpus < 1:
-                grant = None
             if grant is not None and run.grant is not None and grant.gpus == run.grant.gpus and run.running:
                 self._account(run, now_s)  # a new batch size on the same GPUs: changed in place, no restart
                 run.grant = grant
