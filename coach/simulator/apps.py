@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 from scipy.spatial import QhullError
 
 from coach.simulator.reading import read_input
+from coach.simulator.view import packed_nodes
 from coach.simulator.workloads import SimJob
 
 #: Constants Pollux's simulator sets by hand (artifact simulator/applications.py and simulator.py); everything else
@@ -368,9 +369,8 @@ def job_total_progress(job: SimJob, app: App, gpus_per_node: int = 4) -> float:
     if job.duration_s is None:
         return app.total_progress(job.batch)
     gpus = max(1, min(job.gpus, app.max_gpus))
-    nodes = math.ceil(gpus / gpus_per_node)
     batch = max(gpus, min(job.batch, app.max_batch))
-    return job.duration_s * app.goodput(gpus, nodes, batch, 0.0)
+    return job.duration_s * app.goodput(gpus, packed_nodes(gpus, gpus_per_node), batch, 0.0)
 
 
 def _check_allocation(gpus: int, nodes: int, batch: int) -> None:

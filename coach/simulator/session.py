@@ -20,6 +20,7 @@ from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Outcome, Simulator
 from coach.simulator.policies import POLICIES
 from coach.simulator.results import START_S
+from coach.simulator.view import packed_nodes
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload
 
 #: Money per GPU-second of a `--cluster NxG` node: 3 per GPU-hour, an on-demand cloud GPU's order of magnitude.
@@ -91,8 +92,7 @@ def _budgets(jobs: list[SimJob], apps, totals, price_per_gpu_s: float, factor: f
     budgets = {}
     for job in jobs:
         app = apps[job.app]
-        nodes = -(-job.gpus // gpus_per_node)
-        goodput = app.throughput(job.gpus, nodes, job.batch) * app.efficiency(job.batch, totals[job.name] / 2)
+        goodput = app.throughput(job.gpus, packed_nodes(job.gpus, gpus_per_node), job.batch) * app.efficiency(job.batch, totals[job.name] / 2)
         seconds = totals[job.name] / goodput if goodput > 0 else 0.0
         budgets[job.name] = factor * price_per_gpu_s * job.gpus * seconds
     return budgets
@@ -110,7 +110,7 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
     cluster = settings.cluster
     price = max(node.price_per_slot_s for node in cluster.nodes)
     budgets = None if settings.budget_factor is None else _budgets(
-        jobs, apps, totals, price, settings.budget_factor, max(node.slots for node in cluster.nodes))
+        jobs, apps, totals, price, settings.budget_factor, per_node)
     simulator = Simulator(jobs, apps, totals, cluster, POLICIES[settings.policy](settings.seed), settings.scheduler,
                           settings.interval_s, settings.seed, budgets, on_round=on_round)
     outcome = simulator.run()

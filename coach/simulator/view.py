@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
 
+def packed_nodes(gpus: int, gpus_per_node: int) -> int:
+    """Nodes `gpus` replicas span when packed onto as few nodes as possible (placement is the engine's job)."""
+    if gpus <= 0:
+        return 0
+    return -(-gpus // max(gpus_per_node, 1))
+
+
 class AppModel(Protocol):
     """How one application trains, from its measured traces (coach.simulator.apps)."""
 

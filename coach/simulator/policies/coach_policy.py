@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from coach.policy.allocation import JobDemand, allocate
-from coach.simulator.policies.common import fit_batch, gpu_cap, packed_nodes
-from coach.simulator.view import ClusterSnapshot, Grant, JobView
+from coach.simulator.policies.common import fit_batch, gpu_cap
+from coach.simulator.view import ClusterSnapshot, Grant, JobView, packed_nodes
 
 MIN_GAIN = 0.05
 

@@ -11,13 +11,6 @@ from typing import Mapping
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView
 
 
-def packed_nodes(gpus: int, gpus_per_node: int) -> int:
-    """Nodes `gpus` replicas span when packed onto as few nodes as possible (placement is the engine's job)."""
-    if gpus <= 0:
-        return 0
-    return -(-gpus // max(gpus_per_node, 1))
-
-
 def batch_bounds(app: AppModel, gpus: int) -> tuple[int, int]:
     """Smallest and largest legal total batch on `gpus` GPUs: [max(init, gpus), max(max_batch, gpus)].
 

@@ -18,8 +18,8 @@ from typing import Mapping
 
 import numpy as np
 
-from coach.simulator.policies.common import gpu_cap, memory_bounds, packed_nodes
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant
+from coach.simulator.policies.common import gpu_cap, memory_bounds
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, packed_nodes
 
 BATCH_POINTS = 4
 TIE_BONUS = 1e-9

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coach.simulator.policies.common import fit_batch, gpu_cap, packed_nodes
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView
+from coach.simulator.policies.common import fit_batch, gpu_cap
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, packed_nodes
 
 
 @dataclass
