@@ -9,10 +9,11 @@ Side effects: none (scheduler_fork is pure); times are arguments.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import Mapping
 
 from coach.domain.cluster import ClusterSpec
-from scheduler_fork import PROFILES, Node, Pod, PodGroup, Scheduler
+from scheduler_fork import Node, Pod, PodGroup, Scheduler
 from scheduler_fork.framework import MAX_BACKOFF_S
 
 REPLICA_ROLE = "worker"  # every replica is a worker; an all-reduce job has no scheduler or server pods
@@ -22,8 +23,6 @@ class ReplicaPlacement:
     """Submit, bind and release the replicas of many jobs; answer where each job's replicas are."""
 
     def __init__(self, cluster: ClusterSpec, profile: str, seed: int = 0):
-        if profile not in PROFILES:
-            raise ValueError(f"unknown scheduler profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
         self._scheduler = Scheduler([Node(n.name, n.slots) for n in cluster.nodes], profile=profile, seed=seed)
         self._seq = itertools.count()
         self._job_seq: dict[str, int] = {}
@@ -89,10 +88,7 @@ class ReplicaPlacement:
 
     def nodes_of(self, job: str) -> Mapping[str, int]:
         """Node -> replicas of the job bound there."""
-        counts: dict[str, int] = {}
-        for node in self._bound.get(job, {}).values():
-            counts[node] = counts.get(node, 0) + 1
-        return counts
+        return Counter(self._bound.get(job, {}).values())
 
     def deadlocked(self, now_s: float) -> tuple[str, ...]:
         """The jobs of a deadlock (no pending replica can ever be placed and no partly placed job can run)."""
