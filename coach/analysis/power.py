@@ -11,6 +11,7 @@ efficiency against the t-test is 0.955 for normal samples), not an exact answer.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Sequence
 
 ALPHA = 0.05
@@ -60,20 +61,13 @@ def samples_needed(d: float, alpha: float = ALPHA, wanted_power: float = POWER) 
     return high
 
 
-def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """The pooled standard deviation of two samples (None with fewer than 2 on a side)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
-    squares = sum((x - mean_a) ** 2 for x in a) + sum((x - mean_b) ** 2 for x in b)
-    return math.sqrt(squares / (len(a) + len(b) - 2))
-
-
 def detectable(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA, wanted_power: float = POWER) -> dict:
     """What compare.json says about the comparison's power: the smallest detectable d, in seconds and in % of
     A's mean, with the sample sizes it has."""
+    from coach.analysis.stats import pooled_std
+
     d = detectable_effect(len(a), len(b), alpha, wanted_power)
-    sd = pooled_sd(a, b)
+    sd = pooled_std(a, b)
     seconds = None if d is None or sd is None else d * sd
     mean_a = sum(a) / len(a) if a else None
     percent = None if seconds is None or not mean_a else 100 * seconds / mean_a
@@ -96,8 +90,7 @@ def repetitions_to_detect(fraction: float, pilot: dict[str, list[list[float]]], 
             planned[cell] = {"mean_jct_s": None, "sd_jct_s": None, "cohens_d": None, "jobs_needed": None,
                              "runs_needed": most}
             continue
-        mean = sum(jcts) / len(jcts)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in jcts) / (len(jcts) - 1))
+        mean, sd = statistics.fmean(jcts), statistics.stdev(jcts)
         d = math.inf if sd == 0 else fraction * mean / sd
         jobs = 2 if sd == 0 else samples_needed(d)
         planned[cell] = {"mean_jct_s": mean, "sd_jct_s": sd, "cohens_d": None if sd == 0 else d,
