@@ -40,3 +40,19 @@ def kube_client(kubeconfig: str | Path) -> client.ApiClient:
     api, problem = connect(str(kubeconfig))
     assert api is not None, problem
     return api
+
+
+def pollux_data() -> Path:
+    """The Pollux artifact's data the simulator's tests read: `../shared/data/pollux` beside the project (where the
+    data's README puts it), or beside the repository this one was cloned from (a check clone in /tmp has no
+    `../shared`), or `COACH_POLLUX_DATA`. When none exists the first is returned, and the tests fail naming it."""
+    import os
+
+    root = Path(__file__).resolve().parents[1]
+    candidates = [Path(os.environ["COACH_POLLUX_DATA"])] if os.environ.get("COACH_POLLUX_DATA") else []
+    candidates.append(root.parent / "shared" / "data" / "pollux")
+    origin = subprocess.run(["git", "-C", str(root), "config", "--get", "remote.origin.url"],
+                            capture_output=True, text=True).stdout.strip()
+    if origin and Path(origin).is_dir():  # a clone of a repository on this machine
+        candidates.append(Path(origin).resolve().parent / "shared" / "data" / "pollux")
+    return next((path for path in candidates if path.is_dir()), candidates[0])

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import pollux_data
 from coach.ui.cli import main
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+DATA = pollux_data()
 HALF_LOAD = DATA / "workloads-0.5" / "workload-1.csv"  # 80 jobs
 
 

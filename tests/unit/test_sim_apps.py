@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support import pollux_data
 from coach.simulator.apps import (
     APP_NAMES,
     AppTraceError,
@@ -25,7 +26,7 @@ from coach.simulator.apps import (
 )
 from coach.simulator.workloads import APP_BATCH_RANGES, SimJob, load_workload
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+DATA = pollux_data()
 TRACES = DATA / "traces"
 
 

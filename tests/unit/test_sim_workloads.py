@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import pollux_data
 from coach.simulator.workloads import APP_BATCH_RANGES, SimJob, WorkloadError, load_workload
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+DATA = pollux_data()
 POLLUX_HEADER = "name,time,application,num_replicas,batch_size\n"
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 

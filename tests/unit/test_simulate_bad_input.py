@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import pollux_data
 from coach.ui.cli import main
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+DATA = pollux_data()
 POLLUX = "name,time,application,num_replicas,batch_size\n"
 PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 
