@@ -1,7 +1,8 @@
 """Bindings, written by a small thread pool as kube-scheduler binds (asynchronously, off the scheduling loop).
 
 A binding is a POST to the pod's `binding` subresource. The apiserver answers 201 with a `Status`, which the
-client cannot parse as the V1Binding it expects, so the response is read raw (`_preload_content=False`).
+client cannot parse as the V1Binding it expects, so the answer is read raw: the POST goes through the official
+client's connection pool with a JSON body (rest.JsonPoster), not its generated layer, as it is made for every pod.
 Every outcome becomes a value (`BindOutcome`) that the loop applies:
 - 201: bound;
 - 409: already bound, by an earlier life of this scheduler or another replica: the pod is read and its node
@@ -23,7 +24,7 @@ from typing import Callable
 from kubernetes import client
 
 from coach.kube_scheduler.objects import PodInfo
-from coach.kube_scheduler.rest import finish, read_json
+from coach.kube_scheduler.rest import JsonPoster, path_segment, read_json
 
 BOUND, CONFLICT, GONE, FAILED, NOT_LEADER = "bound", "conflict", "gone", "failed", "not-leader"
 
@@ -58,6 +59,7 @@ class Binder:
     def __init__(self, api: client.ApiClient, is_leader: Callable[[], bool], report: Callable[[BindOutcome], None],
                  threads: int = 4, timeout_s: float = 30.0):
         self._core = client.CoreV1Api(api)
+        self._poster = JsonPoster(api, (5.0, timeout_s))
         self._is_leader = is_leader
         self._report = report
         self._timeout = (5.0, timeout_s)
@@ -111,21 +113,18 @@ class Binder:
     def _send(self, pod: PodInfo, node: str, decided_s: float) -> BindOutcome:
         if self._closing or not self._is_leader():
             return BindOutcome(pod, node, NOT_LEADER, decided_s=decided_s)
-        body = binding(pod, node)
-        try:
-            response = self._core.create_namespaced_pod_binding(pod.name, pod.namespace, body, _preload_content=False,
-                                                                _request_timeout=self._timeout)
-            finish(response)  # the Status object, which V1Binding cannot hold
-            return BindOutcome(pod, node, BOUND, decided_s=decided_s, answered_s=time.monotonic())
-        except client.ApiException as error:
-            answered_s = time.monotonic()
-            if error.status == 409:
-                return BindOutcome(pod, node, CONFLICT, current=self._read(pod), decided_s=decided_s,
-                                   answered_s=answered_s)
-            if error.status == 404:
-                return BindOutcome(pod, node, GONE, decided_s=decided_s, answered_s=answered_s)
-            return BindOutcome(pod, node, FAILED, detail=f"HTTP {error.status} {error.reason}", decided_s=decided_s,
+        path = f"/api/v1/namespaces/{path_segment(pod.namespace)}/pods/{path_segment(pod.name)}/binding"
+        status, reason, _ = self._poster.post(path, binding(pod, node))  # the body: a Status, not needed
+        answered_s = time.monotonic()
+        if 200 <= status < 300:
+            return BindOutcome(pod, node, BOUND, decided_s=decided_s, answered_s=answered_s)
+        if status == 409:
+            return BindOutcome(pod, node, CONFLICT, current=self._read(pod), decided_s=decided_s,
                                answered_s=answered_s)
+        if status == 404:
+            return BindOutcome(pod, node, GONE, decided_s=decided_s, answered_s=answered_s)
+        return BindOutcome(pod, node, FAILED, detail=f"HTTP {status} {reason}", decided_s=decided_s,
+                           answered_s=answered_s)
 
     def _read(self, pod: PodInfo) -> dict | None:
         """The pod as the apiserver has it now, or None when it is gone."""

@@ -24,7 +24,7 @@ from kubernetes import client
 from coach.domain.kube import FAILED_SCHEDULING, SCHEDULER_NAME
 from coach.kube_scheduler.mirror import QUEUED
 from coach.kube_scheduler.objects import rfc3339
-from coach.kube_scheduler.rest import finish
+from coach.kube_scheduler.rest import JsonPoster, finish, path_segment
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ class EventPoster:
                  on_drop: Callable[[], None] = lambda: None, on_error: Callable[[], None] = lambda: None,
                  busy: Callable[[], bool] = lambda: False):
         self._core = client.CoreV1Api(api)
+        self._json = JsonPoster(api)  # Events are written for every bound pod: the lean path (see rest.py)
         self._instance = instance  # reportingInstance: this replica's identity
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._max_queued = max_queued  # beyond this, new items are dropped (counted)
@@ -178,4 +179,6 @@ class EventPoster:
 
     def _event(self, pod: PodRef, reason: str, message: str, warning: bool, now_s: float) -> None:
         body = event_body(pod, reason, message, warning, now_s, self._instance, next(self._serial))
-        finish(self._core.create_namespaced_event(pod.namespace, body, _preload_content=False))
+        status, why, _ = self._json.post(f"/api/v1/namespaces/{path_segment(pod.namespace)}/events", body)
+        if not 200 <= status < 300:
+            raise client.ApiException(status=status, reason=why)

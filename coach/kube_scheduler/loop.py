@@ -143,6 +143,11 @@ class KubeScheduler:
     def is_leader(self) -> bool:
         return self._elector.is_leader()
 
+    @property
+    def events_written(self) -> int:
+        """Events (and pending-pod conditions) written so far."""
+        return self._poster.posted
+
     def health(self) -> str | None:
         """None when every watch is alive, else what is not (for /healthz)."""
         down = [informer.kind for informer in self._informers if not informer.healthy()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.ui.cli import main
@@ -50,3 +51,14 @@ def test_bench_binds_every_pod_once_and_says_how_fast(capsys):
     result = json.loads(one_line(capsys.readouterr().out))
     assert (result["pods_bound"], result["pods_bound_in_apiserver"], result["conflicts"]) == (120, 120, 0)
     assert result["pods_per_s"] > 0 and result["seconds"] > 0
+    # real percentiles of the recorded latencies, never a histogram bucket's bound or null
+    assert 0 < result["bind_latency_p50_s"] <= result["bind_latency_p99_s"] < result["seconds"] + 1
+    assert result["cpu_load_s"] > 0 and result["events_written"] >= 0
+
+
+def test_bench_percentiles_are_nearest_rank_of_what_was_recorded():
+    from coach.kube_scheduler.bench import _percentiles
+
+    assert _percentiles([0.3, 0.1, 0.2, 0.4], (0.5, 0.99)) == (0.2, 0.4)
+    assert _percentiles([5.0], (0.5, 0.99)) == (5.0, 5.0)
+    assert all(math.isnan(value) for value in _percentiles([], (0.5,)))

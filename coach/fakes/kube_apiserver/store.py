@@ -4,7 +4,9 @@ history of changes that watches replay from. Thread-safe; no I/O.
 Every write bumps the counter by one and appends exactly one `Change`, so the change for revision N sits at a
 known offset in the history and a watch resumes in O(1). Stored objects are never mutated after they are
 stored: writers build new dicts, so readers may serialize them outside the lock. When the history forgets a
-change, a watch from before it gets 410 Expired, as from a compacted etcd.
+change, a watch from before it gets 410 Expired, as from a compacted etcd. A watch waits for changes of its
+own kind only (as on the apiserver's watch cache, one per resource): a write wakes the watches of its kind, not
+every watch, and a watch whose kind had no forgotten change since its revision does not expire.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ class Store:
     def __init__(self, watch_history: int = 10_000, now: Callable[[], str] = utc_now, seed: int = 0):
         if watch_history < 1:
             raise ValueError(f"watch_history must be at least 1, not {watch_history}")
-        self._cond = threading.Condition(threading.RLock())
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the store's lock
+        # per kind: woken on its writes; its latest write; its newest change the history forgot
+        self._kind_cond = {rt.storage_key: threading.Condition(lock) for rt in TYPES}
+        self._kind_rv = {rt.storage_key: 0 for rt in TYPES}
+        self._forgotten_rv = {rt.storage_key: 0 for rt in TYPES}
         self._now = now
         self._random = random.Random(seed)
         self._rv = 0
@@ -105,9 +112,12 @@ class Store:
         else:
             objects[key] = new
         if len(self._history) == self._history.maxlen:
-            self._oldest_watchable_rv = self._history[0].rv
+            forgotten = self._history[0]
+            self._oldest_watchable_rv = forgotten.rv
+            self._forgotten_rv[forgotten.storage_key] = forgotten.rv
         self._history.append(Change(self._rv, rt.storage_key, namespace, kind, old, new))
-        self._cond.notify_all()
+        self._kind_rv[rt.storage_key] = self._rv
+        self._kind_cond[rt.storage_key].notify_all()
         return new
 
     def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
@@ -197,7 +207,7 @@ class Store:
         """Where a watch starts: (revision to resume after, objects to send as ADDED first).
 
         No resourceVersion, or "0", means "the current state, then changes" (taken atomically); N means "the
-        changes after N" and raises 410 Expired when the history no longer reaches back to N."""
+        changes after N" and raises 410 Expired when the history forgot a change of this kind after N."""
         with self._cond:
             if resource_version in (None, "", "0"):
                 return self._rv, self.list(rt, namespace)[0]
@@ -205,36 +215,44 @@ class Store:
                 start = int(resource_version)
             except ValueError:
                 raise bad_request(f'invalid resource version "{resource_version}"')
-            if start < self._oldest_watchable_rv:
+            if start < self._forgotten_rv[rt.storage_key]:
                 raise expired(start, self._oldest_watchable_rv)
             return start, []
 
-    def changes_after(self, after_rv: int, timeout_s: float) -> list[Change]:
-        """The changes after revision `after_rv`, waiting up to `timeout_s` for one; 410 Expired if some were
-        forgotten, Closed when the store shuts down."""
+    def changes_after(self, after_rv: int, timeout_s: float, storage_key: str) -> tuple[list[Change], int]:
+        """The changes to `storage_key`'s objects after revision `after_rv`, waiting up to `timeout_s` for one,
+        and the revision this answer is complete up to (the current one: a watch resumes after it). 410 Expired
+        if one of them was forgotten, Closed when the store shuts down."""
         with self._cond:
-            if not self._closed and self._rv <= after_rv and timeout_s > 0:
-                self._cond.wait(timeout_s)
+            if not self._closed and self._kind_rv[storage_key] <= after_rv and timeout_s > 0:
+                self._kind_cond[storage_key].wait(timeout_s)
             if self._closed:
                 raise Closed()
-            if after_rv < self._oldest_watchable_rv:
+            if after_rv < self._forgotten_rv[storage_key]:
                 raise expired(after_rv, self._oldest_watchable_rv)
-            if not self._history or self._rv <= after_rv:
-                return []
+            if not self._history or self._kind_rv[storage_key] <= after_rv:
+                return [], self._rv
             history = self._history
             offset = max(after_rv + 1 - history[0].rv, 0)
             # index from the end: a watch that keeps up asks for the last few, and deque indexing is cheap there
-            return [history[i] for i in range(offset - len(history), 0)]
+            return [change for change in (history[i] for i in range(offset - len(history), 0))
+                    if change.storage_key == storage_key], self._rv
 
     def compact(self) -> None:
         """Forget the whole history, so that a watch from any earlier revision gets 410 (for tests)."""
         with self._cond:
             self._history.clear()
             self._oldest_watchable_rv = self._rv
-            self._cond.notify_all()
+            for key in self._forgotten_rv:
+                self._forgotten_rv[key] = self._rv
+            self._wake_all()
 
     def close(self) -> None:
         """End every watch; later writes fail with 503."""
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
+
+    def _wake_all(self) -> None:
+        for cond in self._kind_cond.values():
+            cond.notify_all()

@@ -84,7 +84,7 @@ def stream(store: Store, request: WatchRequest, bookmark_interval_s: float,
         if deadline is not None:
             wake = min(wake, deadline)
         try:
-            changes = store.changes_after(cursor, max(wake - now, 0.0))
+            changes, complete_rv = store.changes_after(cursor, max(wake - now, 0.0), request.rt.storage_key)
         except Closed:
             return
         except ApiError as exc:
@@ -92,10 +92,10 @@ def stream(store: Store, request: WatchRequest, bookmark_interval_s: float,
             return
         batch = []
         for change in changes:
-            cursor = change.rv
             event = event_for(request, change)
             if event is not None:
                 batch.append(_line(event[0], render(event[1])))
+        cursor = max(cursor, complete_rv)
         if request.bookmarks and clock() >= next_bookmark:
             batch.append(bookmark(cursor))
             next_bookmark = clock() + bookmark_interval_s
