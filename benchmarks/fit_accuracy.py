@@ -1,90 +1,276 @@
-"""How well does the speed surface fitted on the four calibration mini-epochs predict real epochs?
+"""How well do the speed-model forms, fitted on what a job has measured, predict epochs it has not run?
 
-Runs a real job through Coach: one dynamic run for its calibration (4 mini-epochs at (1,1), (1,2), (2,1),
-(2,2) on a slice of the data), then static runs of full epochs at several (workers, servers). Fits the surface
-on the calibration points only and prints, per point, the predicted and measured epoch time and the relative
-error, and the median error over the points that calibration did not sample. Goal: median under 15%.
+Two modes, so that the slow part (real MXNet epochs) runs once and the fits can be compared again at will:
 
-    .venv/bin/python benchmarks/fit_accuracy.py [--model jobs/models/lenet.py] [--epochs 3]
+measure  runs a real job through Coach: one dynamic run for its calibration (4 mini-epochs at (1,1), (1,2),
+         (2,1), (2,2) on a slice of the data), then static runs of full epochs at several (workers, servers).
+         It saves what it measured (calibration log lines and every epoch's time per point) to a JSON file,
+         e.g. benchmarks/data/fit_points_lenet.json. Run it under the shared lock on an otherwise idle machine:
 
-Run by hand on an otherwise idle machine; each (w, s) runs alone.
+    flock /tmp/coach-measure.lock .venv/bin/python benchmarks/fit_accuracy.py measure \\
+        --job jobs/lenet-dynamic.yaml --out benchmarks/data/fit_points_lenet.json
+
+compare  re-fits every form of coach.model.speed_forms.FORMS from saved files and prints, per form and file,
+         the relative error of the predicted epoch time at held-out points, in two settings:
+         - calibration: fitted on the four calibration mini-epochs only (what the policy has at the start),
+           predicting the measured points calibration did not sample;
+         - leave-one-out: fitted on the calibration plus every other measured point (full epochs, as the policy
+           sees once it has run some), predicting the one left out, over every measured point;
+         - full-calibration: fitted on the full epochs measured at the four calibration counts, predicting the
+           others: the form's own error, without that of scaling a mini-epoch to a full epoch.
+
+    .venv/bin/python benchmarks/fit_accuracy.py compare benchmarks/data/fit_points_*.json [--markdown]
+
+The goal (issue 13): median error <= 10% on the points calibration did not sample, for LeNet and ResNet-18.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import statistics
 import sys
 import tempfile
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
-from coach.domain.cluster import DEFAULT_CLUSTER
-from coach.files.jobs import load_job
-from coach.model.speed import fit_speed
-from coach.policy.history import observations
-from coach.policy.planning import CALIBRATION_POINTS
-from coach.storage.results import read_log
-from coach.app.run import run_jobs
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from coach.model.speed import SpeedObservation  # noqa: E402
+from coach.model.speed_forms import CHOSEN_FORM, FORMS  # noqa: E402
+from coach.policy.history import observations  # noqa: E402
+from coach.policy.planning import CALIBRATION_POINTS  # noqa: E402
+
 DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"
+GOAL = 0.10
+SCHEMA = 1
+# Fields of a calibration log line that the fit reads (through coach.policy.history.observations).
+CALIBRATION_FIELDS = ("phase", "workers", "servers", "epoch_time_s", "compute_s", "data_fraction")
 
 
-def job_file(folder: Path, name: str, model: Path, **fields) -> Path:
-    data = {"name": name, "model": str(model), "batch_size": 64, "optimizer": "sgd",
-            "optimizer_params": {"momentum": 0.9}, "learning_rate": 0.05, "target_loss": 0.0,
-            "max_epochs": 3, "budget": 1000.0, **fields}
+class BadInput(Exception):
+    """A saved points file that cannot be used: one line naming the file and the field."""
+
+
+# ---------------------------------------------------------------------------------------------------- measure
+
+def job_file(folder: Path, base: dict, name: str, **fields) -> Path:
+    data = {**base, "name": name, "target_loss": 0.0, "budget": 1000.0, **fields}
+    for key in ("workers", "servers", "max_workers", "max_servers", "consecutive"):
+        if key not in fields:
+            data.pop(key, None)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def run_one(folder: Path, name: str, model: Path, **fields) -> list[dict]:
-    spec = load_job(job_file(folder, name, model, **fields))
+def run_one(folder: Path, base: dict, name: str, **fields) -> list[dict]:
+    from coach.app.run import run_jobs
+    from coach.domain.cluster import DEFAULT_CLUSTER
+    from coach.files.jobs import load_job
+    from coach.storage.results import read_log
+
+    spec = load_job(job_file(folder, base, name, **fields))
     report = run_jobs([spec], DEFAULT_CLUSTER, folder / "results", view="quiet")
     return read_log(report.run_dir / f"{name}.jsonl")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=ROOT / "jobs" / "models" / "lenet.py")
-    parser.add_argument("--epochs", type=int, default=3, help="full epochs per measured point (first dropped)")
-    parser.add_argument("--fraction", type=float, default=0.25, help="calibration data fraction")
-    parser.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated WxS points to measure")
-    args = parser.parse_args(argv)
+def measure(args) -> int:
+    job_path = args.job.resolve()
+    base = yaml.safe_load(job_path.read_text())
+    base["model"] = str(args.model.resolve() if args.model else (job_path.parent / base["model"]).resolve())
+    from epoch_overhead import CpuMeter  # what other processes use meanwhile: the machine is shared
     points = [tuple(int(n) for n in p.split("x")) for p in args.points.split(",")]
-    print(f"# {' '.join(sys.argv)}  (cpus: {os.cpu_count()})")
+    started = time.monotonic()
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    print(f"# {' '.join(sys.argv)}  (cpus: {os.cpu_count()})", flush=True)
+    saved = {"schema": SCHEMA, "model": args.name or Path(base["model"]).stem, "job": str(args.job),
+             "command": " ".join(sys.argv), "cpus": os.cpu_count(), "started": started_at, "duration_s": None,
+             "epochs_per_point": args.epochs, "warm_up_epochs_dropped": 1, "calibration_fraction": args.fraction,
+             "calibration": [], "points": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every point, so that an interrupted measurement keeps what it has
+        saved["duration_s"] = round(time.monotonic() - started, 1)
+        args.out.write_text(json.dumps(saved, indent=1) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        calibration = [r for r in run_one(folder, "calibrate", args.model.resolve(), max_epochs=1,
-                                          calibration_fraction=args.fraction) if r["phase"] == "calibration"]
-        fit = fit_speed(observations(calibration))
-        rows = []
+        meter = CpuMeter()
+        records = run_one(folder, base, "calibrate", max_epochs=1, calibration_fraction=args.fraction)
+        saved["calibration"] = [{k: r.get(k) for k in CALIBRATION_FIELDS} for r in records
+                                if r["phase"] == "calibration"]
+        saved["calibration_foreign_cpu_share"] = round(meter.stop()["foreign_share"], 3)
+        save()
+        print(f"calibration: {len(saved['calibration'])} mini-epochs, {time.monotonic() - started:.0f} s, "
+              f"others used {saved['calibration_foreign_cpu_share']:.0%} of the CPUs", flush=True)
         for workers, servers in points:
-            records = run_one(folder, f"w{workers}s{servers}", args.model.resolve(), workers=workers,
-                              servers=servers, max_epochs=args.epochs)
-            times = [r["epoch_time_s"] for r in records if r["phase"] == "training"][1:]  # drop the warm-up
-            measured_s = statistics.median(times)
-            predicted_s = fit.epoch_time_s(workers, servers)
-            rows.append((workers, servers, predicted_s, measured_s, abs(predicted_s - measured_s) / measured_s))
-
-    print(f"fit on calibration: b1={fit.b1:.4g} b2={fit.b2:.3g} b3={fit.b3:.4g} b4={fit.b4:.3g} b5={fit.b5:.4g}")
-    for note in fit.notes:
-        print(f"  note: {note}")
-    print(f"{'w':>2} {'s':>2} {'predicted s':>12} {'measured s':>11} {'error':>7}  sampled")
-    for workers, servers, predicted_s, measured_s, error in rows:
-        sampled = "calibration" if (workers, servers) in CALIBRATION_POINTS else ""
-        print(f"{workers:>2} {servers:>2} {predicted_s:>12.3f} {measured_s:>11.3f} {error:>6.1%}  {sampled}")
-    unseen = [row[4] for row in rows if (row[0], row[1]) not in CALIBRATION_POINTS]
-    everywhere = [row[4] for row in rows]
-    print(f"median error, points calibration did not sample: {statistics.median(unseen):.1%} (goal < 15%)"
-          if unseen else "no unsampled points measured")
-    print(f"median error, all points: {statistics.median(everywhere):.1%}")
+            meter = CpuMeter()
+            records = [r for r in run_one(folder, base, f"w{workers}s{servers}", workers=workers, servers=servers,
+                                          max_epochs=args.epochs) if r["phase"] == "training"]
+            saved["points"].append({"workers": workers, "servers": servers,
+                                    "epoch_times_s": [r["epoch_time_s"] for r in records],
+                                    "compute_s": [r.get("compute_s") for r in records],
+                                    "foreign_cpu_share": round(meter.stop()["foreign_share"], 3)})
+            save()
+            print(f"({workers},{servers}): {[round(r['epoch_time_s'], 3) for r in records]} "
+                  f"{time.monotonic() - started:.0f} s, others used {saved['points'][-1]['foreign_cpu_share']:.0%} "
+                  f"of the CPUs", flush=True)
+    print(f"saved {args.out} ({saved['duration_s']:.0f} s)")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------- compare
+
+def load_points(path: Path) -> dict:
+    """A saved file, checked: calibration observations and the measured epoch time per point."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise BadInput(f"{path}: (file): {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: (file): expected a JSON object")
+    calibration = data.get("calibration")
+    if not isinstance(calibration, list) or not calibration:
+        raise BadInput(f"{path}: calibration: expected a non-empty list of calibration log lines")
+    try:
+        calibration_obs = observations(calibration)
+    except (TypeError, ValueError, KeyError) as error:
+        raise BadInput(f"{path}: calibration: {error}") from None
+    if not calibration_obs:
+        raise BadInput(f"{path}: calibration: no line with phase, workers, servers and epoch_time_s")
+    points = data.get("points")
+    if not isinstance(points, list) or not points:
+        raise BadInput(f"{path}: points: expected a non-empty list")
+    drop = int(data.get("warm_up_epochs_dropped", 1))
+    measured = {}
+    for i, point in enumerate(points):
+        field = f"points[{i}]"
+        if not isinstance(point, dict):
+            raise BadInput(f"{path}: {field}: expected an object")
+        workers, servers, times = point.get("workers"), point.get("servers"), point.get("epoch_times_s")
+        if not (isinstance(workers, int) and isinstance(servers, int) and workers >= 1 and servers >= 1):
+            raise BadInput(f"{path}: {field}.workers: workers and servers must be integers >= 1")
+        if not (isinstance(times, list) and len(times) > drop
+                and all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in times)):
+            raise BadInput(f"{path}: {field}.epoch_times_s: expected more than {drop} finite positive times")
+        measured[(workers, servers)] = statistics.median(times[drop:])
+    return {"name": str(data.get("model") or path.stem), "calibration": calibration_obs, "measured": measured,
+            "duration_s": data.get("duration_s")}
+
+
+def relative_error(predicted_s: float, measured_s: float) -> float:
+    return abs(predicted_s - measured_s) / measured_s
+
+
+def calibration_errors(form, data) -> dict[tuple[int, int], tuple[float, float]]:
+    """Fitted on calibration only: (predicted, error) at every measured point."""
+    fit = form.fit(data["calibration"])
+    return {point: (fit.epoch_time_s(*point), relative_error(fit.epoch_time_s(*point), measured_s))
+            for point, measured_s in data["measured"].items()}
+
+
+def full_calibration_errors(form, data) -> dict[tuple[int, int], float]:
+    """Fitted on the full epochs measured at the calibration counts instead of the scaled mini-epochs: the
+    error of the form alone, without the error of scaling a mini-epoch to a full epoch."""
+    full = [SpeedObservation(w, s, 1.0 / t) for (w, s), t in data["measured"].items() if (w, s) in CALIBRATION_POINTS]
+    if not full:
+        return {}
+    fit = form.fit(full)
+    return {point: relative_error(fit.epoch_time_s(*point), measured_s)
+            for point, measured_s in data["measured"].items() if point not in CALIBRATION_POINTS}
+
+
+def leave_one_out_errors(form, data) -> dict[tuple[int, int], float]:
+    """Fitted on calibration plus every other measured point (one full-epoch observation each)."""
+    errors = {}
+    for held_out, measured_s in data["measured"].items():
+        others = [SpeedObservation(w, s, 1.0 / t) for (w, s), t in data["measured"].items() if (w, s) != held_out]
+        fit = form.fit(list(data["calibration"]) + others)
+        errors[held_out] = relative_error(fit.epoch_time_s(*held_out), measured_s)
+    return errors
+
+
+def summary(errors) -> tuple[float, float]:
+    values = list(errors)
+    return (statistics.median(values), max(values)) if values else (math.nan, math.nan)
+
+
+def compare(args) -> int:
+    try:
+        files = [load_points(path) for path in args.files]
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    table = []  # (form, model, calibration median, max, loo median, max)
+    details = {}
+    for name, form in FORMS.items():
+        for data in files:
+            cal = calibration_errors(form, data)
+            unseen = [e for p, (_, e) in cal.items() if p not in CALIBRATION_POINTS]
+            loo = leave_one_out_errors(form, data)
+            full = full_calibration_errors(form, data)
+            table.append((name, data["name"], *summary(unseen), *summary(loo.values()), summary(full.values())[0]))
+            details[name, data["name"]] = (cal, loo)
+
+    bar = "|" if args.markdown else " "
+    head = ["form", "model", "cal. median", "cal. max", "LOO median", "LOO max", "full-cal. median"]
+    print(f"{bar}{bar.join(f' {h} ' for h in head)}{bar}")
+    if args.markdown:
+        print("|" + "---|" * len(head))
+    for name, model, cal_med, cal_max, loo_med, loo_max, full_med in table:
+        chosen = " (chosen)" if name == CHOSEN_FORM else ""
+        mark = "**" if args.markdown and name == CHOSEN_FORM else ""
+        cells = [f"{name}{chosen}", model, f"{mark}{cal_med:.1%}{mark}", f"{cal_max:.1%}", f"{mark}{loo_med:.1%}{mark}",
+                 f"{loo_max:.1%}", f"{full_med:.1%}"]
+        print(f"{bar}{bar.join(f' {c} ' for c in cells)}{bar}")
+
+    for data in files:
+        print(f"\n{data['name']}: predicted epoch time s (fitted on calibration only) / LOO error; "
+              f"* = sampled by calibration")
+        print(f"{bar} w {bar} s {bar} measured s {bar}" + bar.join(f" {n} " for n in FORMS) + bar)
+        if args.markdown:
+            print("|" + "---|" * (3 + len(FORMS)))
+        for point, measured_s in data["measured"].items():
+            star = "*" if point in CALIBRATION_POINTS else ""
+            cells = []
+            for name in FORMS:
+                cal, loo = details[name, data["name"]]
+                predicted, error = cal[point]
+                cells.append(f"{predicted:.3f} ({error:.0%}) / {loo[point]:.0%}")
+            print(f"{bar} {point[0]}{star} {bar} {point[1]} {bar} {measured_s:.3f} {bar}"
+                  + bar.join(f" {c} " for c in cells) + bar)
+
+    chosen = [row for row in table if row[0] == CHOSEN_FORM]
+    met = all(row[2] <= GOAL for row in chosen)
+    print(f"\nchosen form {CHOSEN_FORM!r}: median error on points calibration did not sample "
+          + ", ".join(f"{row[1]} {row[2]:.1%}" for row in chosen) + f" (goal <= {GOAL:.0%}: {'met' if met else 'NOT met'})")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    m = sub.add_parser("measure", help="run real epochs and save them")
+    m.add_argument("--job", type=Path, default=ROOT / "jobs" / "lenet-dynamic.yaml",
+                   help="job file whose model and hyper-parameters to use (counts, budget, target are replaced)")
+    m.add_argument("--model", type=Path, default=None, help="model file to use instead of the job's")
+    m.add_argument("--name", default=None, help="model name in the saved file (default: the model file's stem)")
+    m.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    m.add_argument("--epochs", type=int, default=3, help="full epochs per measured point (first dropped)")
+    m.add_argument("--fraction", type=float, default=0.25, help="calibration data fraction")
+    m.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated WxS points to measure")
+    c = sub.add_parser("compare", help="re-fit every form on saved files and compare")
+    c.add_argument("files", type=Path, nargs="+")
+    c.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    args = parser.parse_args(argv)
+    return measure(args) if args.mode == "measure" else compare(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """The speed surface: how fast a job trains with w workers and s parameter servers. Pure, no side effects.
 
+This is the `quadratic` form of coach.model.speed_forms, which compares it with others on measured epochs and
+names the form the policy uses.
+
 The policy chooses worker and server counts by predicting epoch time, so it needs a model of speed that is
 fitted from the few epochs a job has run. Like Optimus, speed is a concave quadratic in each count,
 
@@ -78,7 +81,7 @@ class SpeedFit:
     def to_dict(self) -> dict:
         """JSON-serialisable form (plain floats, ints, lists of strings)."""
         return {
-            "b1": self.b1, "b2": self.b2, "b3": self.b3, "b4": self.b4, "b5": self.b5,
+            "form": "quadratic", "b1": self.b1, "b2": self.b2, "b3": self.b3, "b4": self.b4, "b5": self.b5,
             "observations": self.observations, "rms_error": self.rms_error,
             "fixed": list(self.fixed), "notes": list(self.notes),
         }
@@ -101,11 +104,8 @@ class _Axis:
         return self.curvature + 1
 
 
-def fit_speed(observations: Sequence[SpeedObservation]) -> SpeedFit:
-    """Fit the speed surface to observed epochs; see the module docstring for the rules per axis.
-
-    Raises ValueError on no observations, a speed or weight that is not finite and positive, or counts below 1.
-    """
+def check_observations(observations: Sequence[SpeedObservation]) -> list[SpeedObservation]:
+    """The observations as a list, or ValueError naming the first bad one: every speed form refuses alike."""
     obs = list(observations)
     if not obs:
         raise ValueError("no speed observations to fit")
@@ -116,6 +116,15 @@ def fit_speed(observations: Sequence[SpeedObservation]) -> SpeedFit:
             raise ValueError(f"observation {i}: weight must be finite and > 0, got {o.weight!r}")
         if o.workers < 1 or o.servers < 1:
             raise ValueError(f"observation {i}: workers and servers must be >= 1, got {o.workers}, {o.servers}")
+    return obs
+
+
+def fit_speed(observations: Sequence[SpeedObservation]) -> SpeedFit:
+    """Fit the speed surface to observed epochs; see the module docstring for the rules per axis.
+
+    Raises ValueError on no observations, a speed or weight that is not finite and positive, or counts below 1.
+    """
+    obs = check_observations(observations)
 
     w = np.array([float(o.workers) for o in obs])
     s = np.array([float(o.servers) for o in obs])

@@ -12,9 +12,11 @@ from typing import Sequence
 
 from coach.domain.jobs import JobSpec
 from coach.model.convergence import RemainingEpochs, remaining_epochs
-from coach.model.speed import SpeedFit, SpeedObservation, fit_speed
+from coach.model.speed import SpeedObservation
+from coach.model.speed_forms import SpeedModel, fit_chosen
 from coach.policy.allocation import Allocation, JobDemand, allocate
 from coach.policy.history import History
+from coach.policy.measured import current_counts, measured_or_fitted, probe_margin
 
 #: Calibration varies workers and servers independently (Optimus sampled only w = s, which leaves the surface
 #: unidentifiable); all four points fit in the functions of (2, 2).
@@ -25,7 +27,7 @@ CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2
 class Plan:
     """What Coach would do next for one job, and why."""
 
-    speed: SpeedFit  # the fitted surface
+    speed: SpeedModel  # the fitted speed model (the chosen form of coach.model.speed_forms)
     remaining: RemainingEpochs  # predicted epochs left and where the number comes from
     allocation: Allocation  # the chosen counts and why growth stopped
     budget_left: float  # money the job has left
@@ -50,9 +52,9 @@ class Plan:
 
 
 @lru_cache(maxsize=4096)
-def _speed(observations: tuple[SpeedObservation, ...]) -> SpeedFit:
+def _speed(observations: tuple[SpeedObservation, ...]) -> SpeedModel:
     """The fit is a pure function of the observations: a run re-plans a job many times between new epochs."""
-    return fit_speed(list(observations))
+    return fit_chosen(list(observations))
 
 
 @lru_cache(maxsize=4096)
@@ -70,19 +72,31 @@ class PlanInput:
 
 
 def plan_jobs(jobs: Sequence[PlanInput], free_slots: int, price_per_slot_s: float,
-              min_gain: float = 0.05) -> dict[str, Plan]:
-    """Fit every job on its observations so far, then one greedy allocation across all of them."""
+              min_gain: float = 0.05, measured: bool = True) -> dict[str, Plan]:
+    """Fit every job on its observations so far, then one greedy allocation across all of them.
+
+    With `measured` (the default) a job's own full epochs override the fit where it has run them and it may
+    settle at its current counts (coach.policy.measured, rule 4 of coach.policy.allocation); without, the fit
+    alone decides, as before issue 13 (benchmarks/choice_regret.py compares the two).
+    """
     fits = {}
     demands = []
     for job in jobs:
         speed = _speed(tuple(job.history.observations))
+        current, current_epochs, known, margin = None, 0, frozenset(), 0.0
+        if measured:
+            speed = measured_or_fitted(speed, job.history, _speed)
+            current, known, margin = current_counts(job.history), speed.measured, probe_margin(speed, min_gain)
+            current_epochs = speed.point(*current).epochs if current else 0
         remaining = _remaining(tuple(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
                                job.spec.max_epochs)
         fits[job.spec.name] = (speed, remaining)
         # at max_epochs nothing remains; a decision is still asked of `coach plan`, so plan for one more epoch
         demands.append(JobDemand(job=job.spec.name, speed=speed, remaining_epochs=max(remaining.epochs, 1.0),
                                  remaining_budget=max(job.budget_left, 0.0), price_per_slot_s=price_per_slot_s,
-                                 max_workers=job.spec.max_workers, max_servers=job.spec.max_servers))
+                                 max_workers=job.spec.max_workers, max_servers=job.spec.max_servers,
+                                 current=current, current_epochs=current_epochs, measured=known,
+                                 probe_margin=margin))
     allocations = allocate(demands, free_slots, min_gain)
     return {job.spec.name: Plan(*fits[job.spec.name], allocations[job.spec.name], job.budget_left, free_slots)
             for job in jobs}

@@ -224,7 +224,7 @@ def test_to_dict_is_json_and_complete():
 
     data = json.loads(json.dumps(fit.to_dict()))
 
-    assert data == {"b1": fit.b1, "b2": 3.0, "b3": fit.b3, "b4": 3.0, "b5": fit.b5, "observations": 4,
+    assert data == {"form": "quadratic", "b1": fit.b1, "b2": 3.0, "b3": fit.b3, "b4": 3.0, "b5": fit.b5, "observations": 4,
                     "rms_error": fit.rms_error, "fixed": ["b2", "b4"], "notes": list(fit.notes)}
 
 
