@@ -97,14 +97,19 @@ class StaticPolicy:
         return {job.spec.name: _fixed(job, cluster) for job in jobs if job.asking}
 
 
+@dataclass(frozen=True)
 class CoachPolicy:
     """The thesis's marginal-utility greedy within budget and capacity, across every dynamic job of the run.
 
     Jobs whose file fixes the counts keep them. The others calibrate, then share the slots that the fixed,
-    calibrating and waiting jobs do not hold, the largest relative gain first (coach.policy.allocation).
+    calibrating and waiting jobs do not hold, the largest speed gain per slot first, each step within its own
+    job's money (coach.policy.allocation). A job's own full epochs override the fit where it has run them, and
+    it settles at measured counts unless it knows of clearly better ones (coach.policy.measured); every decision
+    records the steps it took, what each gained for its slot and its money, and why the job stays or moves.
     """
 
-    min_gain = 0.05  # smallest relative speed gain worth one more worker or server
+    min_gain: float = 0.05  # smallest relative speed gain worth one more worker or server
+    measured: bool = True  # False: the fit alone decides, as before issue 13 (for benchmarks/choice_regret.py)
 
     def check(self, spec: JobSpec) -> str | None:
         return None
@@ -119,7 +124,7 @@ class CoachPolicy:
         held_elsewhere = sum(job.held_slots for job in jobs if job.spec.name not in planned_names)
         free = max(cluster.total_slots - held_elsewhere, 0)
         plans = plan_jobs([PlanInput(job.spec, job.history, job.budget_left) for job in planned], free,
-                          cluster.price_per_slot_s, self.min_gain)
+                          cluster.price_per_slot_s, self.min_gain, self.measured)
         for job in jobs:
             if not job.asking:
                 continue

@@ -310,6 +310,8 @@ def test_to_dict_gives_every_field_by_name():
         "per_epoch_budget": 2.5,
         "stopped_by": BUDGET,
         "reason": "+1 server would gain 11.8% but its predicted epoch cost 2.632 > per-epoch budget 2.5",
+        "growth": ["(1,1) +1 worker -> (2,1): +21.4% speed for 1 slot, 1.10x the money per epoch (predicted)"],
+        "choice": "",
     }
 
 

@@ -71,7 +71,8 @@ def test_coach_alone_decides_what_the_single_job_planner_decides():
     decided = POLICIES["coach"].decide(CLUSTER, [JobView(job, calibrated(), 5, True)], 0.0)["dyn"]
     expected = plan(job, calibrated(), 12, 10.0, 0.0001)
     assert isinstance(decided, Counts)
-    assert (decided.workers, decided.servers) == (expected.allocation.workers, expected.allocation.servers) == (3, 1)
+    # calibration measured w <= 2; the `levels` speed model predicts no gain beyond what was measured
+    assert (decided.workers, decided.servers) == (expected.allocation.workers, expected.allocation.servers) == (2, 1)
     assert decided.details == expected.to_dict()
     assert decided.affordable
 
