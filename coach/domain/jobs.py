@@ -18,7 +18,7 @@ class JobSpec:
     name: str                   # job name, safe as a file name
     source: Path                # absolute path of the job file
     model_path: Path            # absolute path of the model file
-    batch_size: int             # per-worker mini-batch size
+    batch_size: int             # per-worker mini-batch size (the job file's `per_worker`)
     optimizer: str              # one of OPTIMIZERS
     optimizer_params: Mapping[str, float] = field(hash=False)  # extra optimizer kwargs (a dict copy)
     learning_rate: float
@@ -34,6 +34,7 @@ class JobSpec:
     epoch_timeout_s: float      # deadline of one epoch invocation, default 600
     calibration_fraction: float = 0.25  # share of the training data each of the 4 calibration mini-epochs uses
     max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
+    batch_scaling: str = "fixed"  # how the global batch follows the workers: a key of coach.model.batch_size.SCALINGS
 
     @property
     def fixed_counts(self) -> tuple[int, int] | None:
@@ -49,12 +50,20 @@ class JobSpec:
         values = {k: v for k, v in data.items() if k in known}
         values["source"], values["model_path"] = Path(values["source"]), Path(values["model_path"])
         values["optimizer_params"] = dict(values.get("optimizer_params") or {})
+        if isinstance(values.get("batch_size"), Mapping):  # as to_dict writes a scaling other than fixed
+            batch = values["batch_size"]
+            values["batch_size"], values["batch_scaling"] = batch["per_worker"], batch.get("scaling", "fixed")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable copy (paths as str, optimizer_params as a new dict)."""
+        """JSON-serialisable copy (paths as str, optimizer_params as a new dict), with the job file's fields: a
+        batch scaling other than fixed is written as the job file writes it, `batch_size: {per_worker, scaling}`."""
         out: dict[str, Any] = {}
         for f in fields(self):
+            if f.name == "batch_scaling":
+                if self.batch_scaling != "fixed":
+                    out["batch_size"] = {"per_worker": self.batch_size, "scaling": self.batch_scaling}
+                continue
             value = getattr(self, f.name)
             if isinstance(value, Path):
                 value = str(value)

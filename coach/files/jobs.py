@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
+from coach.model.batch_size import SCALINGS
 from coach.files.limits import (MAX_JOB_FILE_BYTES, MAX_JOB_VALUES, MAX_MESSAGE, MAX_MODEL_FILE_BYTES, Bound,
                                 BoundedLoader, FileTooLarge, NotRegularFile, YamlLimitError, YamlValueError,
                                 describe, field_name, one_line, read_capped, short)
@@ -392,6 +393,41 @@ def _check_optimizer_params(value: Any, problems: _Problems, optimizer: str | No
     return params if ok else None
 
 
+#: The keys of `batch_size` as a mapping: `{per_worker: 64, scaling: fixed|linear|adaptive}`.
+BATCH_SIZE_KEYS: tuple[str, ...] = ("per_worker", "scaling")
+
+
+def _check_batch_size(value: Any, problems: _Problems) -> tuple[int, str] | None:
+    """(per-worker batch, scaling): a plain number means `{per_worker: N, scaling: fixed}`, as it always did."""
+    if not isinstance(value, Mapping):
+        per_worker = _check_number("batch_size", value, problems)
+        return None if per_worker is None else (per_worker, "fixed")
+    ok = True
+    for key in value:
+        if key not in BATCH_SIZE_KEYS:
+            hint = difflib.get_close_matches(str(key)[:64], BATCH_SIZE_KEYS, n=1)
+            problems.add(f"batch_size.{field_name(key)}", "unknown field, allowed: per_worker, scaling"
+                         + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+            ok = False
+    per_worker = None
+    if "per_worker" not in value:
+        problems.add("batch_size.per_worker", "required field missing")
+        ok = False
+    else:
+        per_worker, problem = JOB_BOUNDS["batch_size"].check(value["per_worker"])
+        if problem is not None:
+            problems.add("batch_size.per_worker", problem)
+            ok = False
+    scaling = value.get("scaling", "fixed")
+    if not isinstance(scaling, str):
+        problems.add("batch_size.scaling", f"expected a string, got {_describe(scaling)}")
+        ok = False
+    elif scaling not in SCALINGS:
+        problems.add("batch_size.scaling", f"unknown scaling {short(scaling)}, allowed: {', '.join(SCALINGS)}")
+        ok = False
+    return (per_worker, scaling) if ok else None
+
+
 def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
     if not isinstance(value, str):
         problems.add("model", f"expected a string (path of a .py file), got {_describe(value)}")
@@ -494,6 +530,8 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
             checked = _check_optimizer(raw, problems)
         elif key == "optimizer_params":
             checked = _check_optimizer_params(raw, problems, values.get("optimizer"))
+        elif key == "batch_size":
+            checked = _check_batch_size(raw, problems)
         else:
             checked = _check_number(key, raw, problems)
         if checked is not None:
@@ -523,7 +561,8 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         name=merged["name"],
         source=source,
         model_path=merged["model"],
-        batch_size=merged["batch_size"],
+        batch_size=merged["batch_size"][0],
+        batch_scaling=merged["batch_size"][1],
         optimizer=merged["optimizer"],
         optimizer_params=dict(merged["optimizer_params"]),
         learning_rate=merged["learning_rate"],

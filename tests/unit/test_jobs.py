@@ -110,6 +110,23 @@ def test_a_static_job_loads_with_every_field_as_written(folder: Path) -> None:
     assert type(spec.optimizer_params) is dict
 
 
+@pytest.mark.parametrize(("text", "per_worker", "scaling"), [
+    ("64", 64, "fixed"),  # a plain number keeps meaning what it always meant
+    ("{per_worker: 64}", 64, "fixed"),
+    ("{per_worker: 32, scaling: linear}", 32, "linear"),
+    ("{per_worker: 16, scaling: adaptive}", 16, "adaptive"),
+])
+def test_batch_size_is_a_number_or_per_worker_and_scaling(folder: Path, text, per_worker, scaling) -> None:
+    spec = load_job(write(folder, job_yaml(batch_size=text)))
+
+    assert (spec.batch_size, spec.batch_scaling) == (per_worker, scaling)
+    # a run's manifest round-trips it, in the job file's own form
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    written = spec.to_dict()["batch_size"]
+    assert written == (per_worker if scaling == "fixed" else {"per_worker": per_worker, "scaling": scaling})
+    assert "batch_scaling" not in spec.to_dict()
+
+
 def test_a_dynamic_job_gets_the_defaults(folder: Path) -> None:
     spec = load_job(write(folder, job_yaml()))
 
@@ -224,6 +241,23 @@ BAD_JOBS = [
     pytest.param(job_yaml(learning_rate="0"), ["learning_rate: must be > 0, got 0.0"],
                  id="zero-learning-rate"),
     pytest.param(job_yaml(batch_size="0"), ["batch_size: must be >= 1, got 0"], id="zero-batch-size"),
+    # batch_size as a mapping: {per_worker, scaling}
+    pytest.param(job_yaml(batch_size="{per_worker: 0}"), ["batch_size.per_worker: must be >= 1, got 0"],
+                 id="zero-per-worker"),
+    pytest.param(job_yaml(batch_size="{per_worker: '64'}"),
+                 ["batch_size.per_worker: expected an integer, got str '64'"], id="string-per-worker"),
+    pytest.param(job_yaml(batch_size="{scaling: linear}"), ["batch_size.per_worker: required field missing"],
+                 id="mapping-without-per-worker"),
+    pytest.param(job_yaml(batch_size="{per_worker: 64, scaling: elastic}"),
+                 ["batch_size.scaling: unknown scaling 'elastic', allowed: fixed, linear, adaptive"],
+                 id="unknown-scaling"),
+    pytest.param(job_yaml(batch_size="{per_worker: 64, scaling: 2}"),
+                 ["batch_size.scaling: expected a string, got int 2"], id="scaling-a-number"),
+    pytest.param(job_yaml(batch_size="{per_worker: 64, scalling: linear}"),
+                 ["batch_size.scalling: unknown field, allowed: per_worker, scaling (did you mean 'scaling'?)"],
+                 id="unknown-batch-size-key"),
+    pytest.param(job_yaml(batch_size="[64]"), ["batch_size: expected an integer, got list [64]"],
+                 id="batch-size-a-list"),
     pytest.param(job_yaml(batch_size="-8"), ["batch_size: must be >= 1, got -8"],
                  id="negative-batch-size"),
     pytest.param(job_yaml(target_loss="-0.1"), ["target_loss: must be >= 0, got -0.1"],
