@@ -2,8 +2,9 @@
 
 Runs seeded random jobs (dynamic and static, random budgets, node prices and epoch times; the cases of
 tests/unit/test_budget_cap.py) in virtual time through the same lifecycle, policy and placement as `coach run`,
-and splits every job's spending into: completed epochs and calibration steps (useful), attempts cut at their
-money's deadline or failed (lost), and what was left unspent. Prints the totals and the worst job.
+and splits every job's spending into: finished epochs and calibration steps, whole or partial (useful: a step
+its deadline cut replies with what it trained), attempts that trained nothing before their deadline or failed
+(lost), and what was left unspent. Prints the totals and the worst job.
 
     .venv/bin/python benchmarks/budget_use.py              # 200 jobs
     .venv/bin/python benchmarks/budget_use.py --jobs 50
@@ -41,7 +42,7 @@ def main() -> int:
         unspent.append(1 - (spent_useful + spent_lost) / spec.budget)
     n = args.jobs
     print(f"{n} jobs; shares of each budget (mean, median, worst):")
-    for name, shares, worst in (("useful", useful, min), ("lost at a deadline", lost, max),
+    for name, shares, worst in (("useful", useful, min), ("lost", lost, max),
                                 ("left unspent", unspent, max)):
         print(f"  {name:<20} {statistics.fmean(shares):6.1%} {statistics.median(shares):6.1%} {worst(shares):6.1%}")
     print(f"  jobs with a line above their budget: {over} of {n}")

@@ -13,7 +13,9 @@ goes to stderr, which is the function's log.
 
 Replies are standard JSON (never NaN or Infinity). A worker whose training loss or parameters stop being finite
 ends its training loop with every other worker at the same step, tears down as usual and replies
-`diverged: true`, with no checkpoint.
+`diverged: true`, with no checkpoint. A worker whose deadline comes before the end of its shard does the same,
+a reserve before it (coach/domain/deadlines.py, functions/deadline.py), and replies `stopped_early: true` with
+the samples it trained and, from rank 0, the checkpoint of them: a partial epoch, not a 504.
 
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
@@ -45,7 +47,10 @@ from coach.domain.contracts import (
     WarmRequest,
     WorkerReply,
 )
+from coach.domain.deadlines import training_stop_s
 from functions import checkpoints
+from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
+from functions.noise_scale import NoiseProbe
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -433,7 +438,11 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
 
     The model is built and checked before the worker joins ps-lite, so a broken model file is rejected
     (EpochError) without a rendezvous. A training loss or parameters that stop being finite end the training
-    loop of every worker at the same step (see `_train`); such an epoch replies `diverged` and saves nothing."""
+    loop of every worker at the same step (see `_train`); such an epoch replies `diverged` and saves nothing.
+    The deadline does too, a reserve before it (coach/domain/deadlines.py, functions/deadline.py): the epoch
+    replies `stopped_early` with what it trained, validated and saved as usual (nothing saved if it trained
+    nothing)."""
+    entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
     os.environ.update(ps_environment(request))
     import mxnet as mx
     from mxnet import gluon
@@ -471,16 +480,23 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     if request.checkpoint_load:
         checkpoints.load_states(trainer, request.checkpoint_load)
     _await_broadcast(trainer, net.collect_params().values())
+    validation_steps = 0.0  # rank 0 validates after the loop: room for it, in step-times
+    if rank == 0 and "X_val" in data:
+        validation_steps = math.ceil(len(data["X_val"]) / max(hyper.batch_size, 256)) * VALIDATION_BATCH_STEPS
+    vote = StopVote(kv, entered_s + training_stop_s(request.deadline_s, setup_s=time.monotonic() - entered_s),
+                    validation_steps)
 
     started = time.monotonic()
     order_seed = hyper.seed * 100003 + request.step * 101 + rank
+    noise = NoiseProbe(trainer._params, num_workers, hyper.batch_size) if hyper.measure_noise else None
     loss_sum, correct, samples, diverged = _train(net, trainer, loss_fn, x, y, order_seed, hyper.batch_size,
-                                                  num_workers)
+                                                  num_workers, noise, vote=vote)
+    vote.close()
     compute_s = time.monotonic() - started
     diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
 
     validation, saved = {}, None
-    if rank == 0 and not diverged:
+    if rank == 0 and not diverged and samples:  # stopped before its first step: nothing new to save
         if "X_val" in data:
             validation = _validate(net, loss_fn, data["X_val"], data["y_val"], hyper.batch_size)
             diverged = not math.isfinite(validation["val_loss"])
@@ -491,10 +507,11 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
             saved = request.checkpoint_save
     reply = WorkerReply(rank=rank, num_workers=num_workers, samples=samples, correct=correct, compute_s=compute_s,
                         loss_sum=loss_sum if math.isfinite(loss_sum) else None, checkpoint_saved=saved,
-                        diverged=diverged, **validation)
+                        diverged=diverged, stopped_early=vote.stopped, shard_samples=len(x),
+                        **validation, **(noise.reply_fields() if noise and not diverged else {}))
     # the kvstore's destructor tells the servers to stop: drop every reference before leaving (a Parameter holds
     # its Trainer, which holds the kvstore)
-    del trainer, net, kv, loss_fn
+    del trainer, net, kv, loss_fn, vote
     gc.collect()
     return reply.to_dict()
 
@@ -535,7 +552,8 @@ def _await_broadcast(trainer, params) -> None:
             array.wait_to_read()
 
 
-def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int):
+def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
+           noise: NoiseProbe | None = None, vote: StopVote | None = None):
     """One pass over this worker's shard: (loss_sum, correct, samples, diverged).
 
     Divergence stops every worker at the same step, or the others would wait forever for its gradients:
@@ -545,7 +563,9 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
     - before pushing its next gradients, every worker reads the probe parameter's sum (queued after the
       previous update, which the next forward pass needed anyway) and stops if it is not finite;
     - after the last step the same check decides.
-    The parameters are the same on every worker after every step, so they all decide alike."""
+    The parameters are the same on every worker after every step, so they all decide alike.
+    The deadline stops every worker at the same step through `vote` (functions/deadline.py says why not through
+    the probe): read before pushing a step's gradients, cast after it; `vote.stopped` tells."""
     import mxnet as mx
     import numpy as np
     from mxnet import autograd
@@ -565,10 +585,18 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         batch_loss = loss.sum()
         if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
             return loss_sum, correct, samples, True
+        if vote is not None and vote.stop():  # some worker's deadline is near: all leave before this step
+            break
         probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
         # dist_sync sums the workers' gradients: rescale by the global batch, not the local one
+        if noise is not None:  # the local gradient's norm, before the push-pull overwrites it with the sum
+            noise.before_step(len(idx))
         trainer.step(len(idx) * num_workers)
+        if noise is not None:
+            noise.after_step()
         check = probe_data.sum()
+        if vote is not None:
+            vote.cast()
         loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)

@@ -22,6 +22,9 @@ _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "mod
                  "deadline_s")  # EpochRequest's JSON keys, in the order from_dict checks them
 
 
+_NOISE_FIELDS = ("grad_var", "grad_sqr", "noise_steps")  # WorkerReply's optional noise-scale measurement
+
+
 def _flat(value) -> dict:
     """A flat dataclass as a dict: `asdict` deep-copies every field, which simulations pay per reply."""
     return {f.name: getattr(value, f.name) for f in fields(value)}
@@ -145,9 +148,13 @@ class Hyper:
     learning_rate: float
     optimizer_params: Mapping[str, float] = field(default_factory=dict)  # extra optimizer kwargs
     seed: int = 0  # seeds initialisation, sharding and shuffling
+    measure_noise: bool = False  # workers measure the gradient noise scale (adaptive batch size)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "optimizer_params": dict(self.optimizer_params)}
+        out = {**asdict(self), "optimizer_params": dict(self.optimizer_params)}
+        if not self.measure_noise:  # written only when asked for: a request without it keeps its earlier shape
+            del out["measure_noise"]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping, where: str = "hyper.") -> "Hyper":
@@ -163,8 +170,9 @@ class Hyper:
                 raise ContractError(f"{where}optimizer_params.{key}", f"not allowed, {where}learning_rate sets it")
             _get(params, key, f"{where}optimizer_params.", (int, float))
         seed = _int(data, "seed", where, minimum=0, optional=True)
+        measure_noise = _get(data, "measure_noise", where, bool, optional=True) is True
         return cls(batch, optimizer, learning_rate, {k: float(v) for k, v in params.items()},
-                   0 if seed is None else seed)
+                   0 if seed is None else seed, measure_noise)
 
 
 @dataclass(frozen=True)
@@ -255,7 +263,11 @@ class WorkerReply:
 
     `diverged`: the training loss or the parameters stopped being finite, so the worker stopped training early
     (every worker at the same step). Then `loss_sum` may be None (JSON null; JSON has no NaN) and
-    `checkpoint_saved` is None: diverged parameters are never saved. A loss_sum of None is refused otherwise."""
+    `checkpoint_saved` is None: diverged parameters are never saved. A loss_sum of None is refused otherwise.
+
+    `stopped_early`: the epoch's deadline came before the end of the shard, so every worker left its training loop
+    after the same step (functions/deadline.py) and rank 0 validated and saved what they had trained; `samples` of
+    `shard_samples` says how much of the epoch that was (none at all: no checkpoint)."""
 
     rank: int  # 0 .. num_workers - 1
     num_workers: int
@@ -268,10 +280,19 @@ class WorkerReply:
     val_accuracy: float | None = None
     val_samples: int | None = None  # size of the validation set those two were measured on
     diverged: bool = False  # a non-finite loss or parameters ended training early; nothing was saved
+    stopped_early: bool = False  # the deadline came first: every worker left after the same step, rank 0 saved
+    shard_samples: int | None = None  # samples a whole pass over this worker's shard trains (None: not told)
+    # with hyper.measure_noise and 2+ workers: unbiased estimates of tr(Sigma) and |G|^2 per sample (grad_var may be
+    # negative), averaged over `noise_steps` sampled steps (functions/noise_scale.py)
+    grad_var: float | None = None
+    grad_sqr: float | None = None
+    noise_steps: int | None = None
 
     def to_dict(self) -> dict:
         mean_loss = self.loss_sum / self.samples if self.samples and self.loss_sum is not None else None
-        return {"schema": SCHEMA, **_flat(self), "loss": mean_loss,
+        fields_ = {key: value for key, value in _flat(self).items()
+                   if value is not None or key not in _NOISE_FIELDS}  # noise fields only when measured
+        return {"schema": SCHEMA, **fields_, "loss": mean_loss,
                 "accuracy": self.correct / self.samples if self.samples else None}
 
     @classmethod
@@ -289,6 +310,10 @@ class WorkerReply:
         if compute_s < 0:
             raise ContractError("compute_s", f"must be >= 0, got {compute_s}")
         diverged = _get(data, "diverged", "", bool, optional=True) is True  # absent in replies of earlier versions
+        stopped_early = _get(data, "stopped_early", "", bool, optional=True) is True
+        shard_samples = _int(data, "shard_samples", "", minimum=1, optional=True)
+        if shard_samples is not None and samples > shard_samples:
+            raise ContractError("samples", f"must be <= shard_samples ({shard_samples}), got {samples}")
         if data.get("loss_sum", 0) is None and not diverged:
             raise ContractError("loss_sum", "null is allowed only with diverged: true")
         checkpoint_saved = _text(data, "checkpoint_saved", "", optional=True)
@@ -300,7 +325,11 @@ class WorkerReply:
             samples=samples, correct=correct, compute_s=compute_s, checkpoint_saved=checkpoint_saved,
             val_loss=_number(data, "val_loss", "", optional=True),
             val_accuracy=_number(data, "val_accuracy", "", optional=True),
-            val_samples=_int(data, "val_samples", "", minimum=1, optional=True), diverged=diverged)
+            val_samples=_int(data, "val_samples", "", minimum=1, optional=True), diverged=diverged,
+            stopped_early=stopped_early, shard_samples=shard_samples,
+            grad_var=_number(data, "grad_var", "", optional=True),
+            grad_sqr=_number(data, "grad_sqr", "", optional=True),
+            noise_steps=_int(data, "noise_steps", "", minimum=0, optional=True))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ The steps of a job:
 
 The lines a job writes besides its finished steps:
 - `retry`: a failed attempt; `cost` and `charged_s` (the slot-seconds its functions held) are what it used.
+A step whose deadline came first (the money's, or epoch_timeout_s) is still a finished step: its workers left their
+training loop together a reserve before the deadline and saved what they trained (coach.domain.deadlines); its
+line says `stopped_early: true`, `epoch_fraction` (the share of the step done) and `data_fraction` (the share of
+the data trained, which its speed observation scales by), and the next step starts from its checkpoint.
 - `requeued`: no quorum in time; the slots went back.
 - `stopped`: the job ended without finishing a step; `stop_reason` says why, and it carries what failed
   attempts or a diverged epoch used that no earlier line carried.
@@ -34,12 +38,14 @@ from typing import Mapping
 from coach.domain.cluster import ClusterSpec
 from coach.domain.contracts import Hyper
 from coach.domain.identity import FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts
+from coach.domain.deadlines import STOP_RESERVE_S
 from coach.domain.invocation import TIMEOUT, Failure
 from coach.domain.jobs import JobSpec
 from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
+from coach.model.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoise, choose_batch, combine, smooth
 from coach.model.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
 from coach.model.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
@@ -72,6 +78,14 @@ def _finite_or_none(value):
     if isinstance(value, (list, tuple)):
         return [_finite_or_none(item) for item in value]
     return value
+
+
+def _epoch_share(replies) -> float:
+    """The share of their shards the workers trained before their deadline stopped them (all stop at one step)."""
+    planned = [r.shard_samples for r in replies]
+    if None in planned:  # a reply of a version that never stopped early
+        return 1.0
+    return min(1.0, sum(r.samples for r in replies) / sum(planned))
 
 
 def _finite(value: float | None) -> bool:
@@ -149,6 +163,12 @@ class JobLifecycle:
         self._decision: Mapping = {}  # the last decision's details, recorded on its lines
         self.phase, self.message = "waiting", ""
         self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
+        # batch scaling (coach.model.batch_size): the running step's choice and what later choices learn from; a
+        # resumed job measures again from scratch
+        self._batch: BatchChoice | None = None
+        self._noise = None  # smoothed NoiseStats the workers measured
+        self._step_times: tuple[tuple[int, int, float], ...] = ()  # (workers, per-worker batch, step seconds)
+        self._train_samples: int | None = None  # samples of a full epoch, once one ran
 
     # -- what a driver or policy may read -------------------------------------------------------------------
     @property
@@ -384,16 +404,21 @@ class JobLifecycle:
         money_s = ((spec.budget - self.history.spent) / price_s * BUDGET_MARGIN - REPLY_RESERVE_S if price_s > 0
                    else math.inf)
         deadline_s = min(spec.epoch_timeout_s, money_s)
-        if deadline_s < MIN_EPOCH_S:  # not even an epoch's fixed part fits in what is left
+        # not even an epoch's fixed part and the workers' reserve after their training loop fit in what is left
+        if deadline_s < MIN_EPOCH_S + STOP_RESERVE_S:
             return self._finish(now_s, "budget")
         self._money_bound = deadline_s < spec.epoch_timeout_s
         self.awaiting = Awaiting.EPOCH
+        self._batch = batch = choose_batch(spec.batch_scaling, BatchInputs(
+            spec.batch_size, spec.learning_rate, counts[Role.WORKER], self._noise, self._step_times,
+            self._train_samples))
         return [cmd.InvokeEpoch(
             functions=tuple((fid, self.bound[fid]) for fid in used), workers=counts[Role.WORKER],
             servers=counts[Role.SERVER], epoch=step.epoch, step=self.history.steps_done + 1, attempt=self.attempt,
             data_fraction=step.data_fraction, save_tag=step.tag, checkpoint_load=self.history.checkpoint,
             model_path=str(spec.model_path),
-            hyper=Hyper(spec.batch_size, spec.optimizer, spec.learning_rate, dict(spec.optimizer_params), spec.seed),
+            hyper=Hyper(batch.batch_size, spec.optimizer, batch.learning_rate, dict(spec.optimizer_params), spec.seed,
+                        SCALINGS[spec.batch_scaling].measures_noise),
             deadline_s=deadline_s, timeout_s=deadline_s + INVOKE_GRACE_S)]
 
     def _cost(self, durations_s: Mapping[FunctionId, float]) -> float:
@@ -413,6 +438,11 @@ class JobLifecycle:
         if diverged:
             return self._diverged(event.now_s, cost, slot_s, f"worker rank {', '.join(map(str, diverged))} "
                                                               f"reported a non-finite loss")
+        stopped = any(getattr(r, "stopped_early", False) for r in replies)  # the deadline came first
+        if stopped and not any(r.samples for r in replies):  # before the first step: as if it had timed out
+            failure = Failure(f"{self.spec.name}-worker", TIMEOUT,
+                              "the deadline of this attempt came before its first training step", event.wall_s)
+            return self._failed(event.now_s, failure, cost, slot_s)
         try:
             metrics = aggregate(replies, workers)
         except BadReplies as error:
@@ -430,13 +460,17 @@ class JobLifecycle:
             failure = Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", event.wall_s)
             return self._failed(event.now_s, failure, cost, slot_s)
         step, spec, before = self.step, self.spec, self.history
+        done = _epoch_share(replies) if stopped else 1.0  # the share of the step's data the workers trained on
+        fraction = step.data_fraction * done
+        partial = {"data_fraction": fraction, "epoch_fraction": done, "stopped_early": True} if stopped else {}
+        batch_fields = self._learn_batch(replies, workers, metrics.samples, metrics.compute_s, fraction)
         phase = "training" if step.epoch else "calibration"
         spent = before.spent + cost
         wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)
         metric = stop_metric(metrics.loss, metrics.val_loss)
         self.history = replace(
             before,
-            observations=before.observations + (observation(workers, servers, wall_s, compute_s, step.data_fraction),),
+            observations=before.observations + (observation(workers, servers, wall_s, compute_s, fraction),),
             metrics=before.metrics + ((metric,) if step.epoch else ()),
             calibration_done=before.calibration_done + (0 if step.epoch else 1),
             epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
@@ -456,7 +490,7 @@ class JobLifecycle:
             train_accuracy=metrics.train_accuracy, samples=metrics.samples, epoch_time_s=wall_s,
             compute_s=compute_s, start=iso(event.started_s), end=iso(event.now_s), cost=cost,
             cumulative_cost=spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
-            checkpoint=event.checkpoint, extra=dict(step.extra))
+            checkpoint=event.checkpoint, extra={**step.extra, **partial, **batch_fields})
         self._show(phase, f"epoch {step.epoch} done" if step.epoch else
                    f"step {step.extra.get('calibration_step')}/{len(self.calibration)} done")
         out: list[cmd.Command] = [cmd.WriteRecord(record), cmd.PruneCheckpoints(event.checkpoint)]
@@ -465,6 +499,26 @@ class JobLifecycle:
         if not step.epoch and spent >= spec.budget:
             return out + self._finish(event.now_s, "budget")
         return out + self._next(event.now_s)
+
+    def _learn_batch(self, replies, workers: int, samples: int, compute_s: float, data_fraction: float) -> dict:
+        """The batch fields of a finished step's line; keeps the step time and the noise the workers measured.
+
+        `grad_noise_scale` is the smoothed noise scale after this step's measurement: the next choice's input."""
+        batch = self._batch
+        measured = combine([WorkerNoise(r.grad_var, r.grad_sqr, r.noise_steps) for r in replies
+                            if getattr(r, "noise_steps", None) and _finite(r.grad_var) and _finite(r.grad_sqr)])
+        if measured is not None:
+            self._noise = smooth(self._noise, measured)
+        steps = math.ceil(samples / workers / batch.batch_size)
+        if steps > 0 and _finite(compute_s) and compute_s > 0:
+            self._step_times += ((workers, batch.batch_size, compute_s / steps),)
+        if data_fraction == 1.0:
+            self._train_samples = samples
+        fields = batch.record()
+        if SCALINGS[self.spec.batch_scaling].measures_noise:
+            scale = self._noise.noise_scale if self._noise is not None else None
+            fields["grad_noise_scale"] = scale if _finite(scale) else None
+        return fields
 
     def _on_epoch_failed(self, event: ev.EpochFailed) -> list[cmd.Command]:
         if self.awaiting != Awaiting.EPOCH:

@@ -1,8 +1,11 @@
 """A platform whose epochs are computed, not run: durations from a speed model, losses from a convergence curve.
 
 It answers at once with the simulated duration in each reply; the virtual-time driver advances its clock by
-it. Workers answer with the same typed replies real workers send, and rank 0 marks its checkpoint saved in a
-memory store, so the lifecycle cannot tell the difference. Pure apart from that store; seeded where random.
+it. Deadlines are honoured as the runtime honours them: the workers leave their training loop the runtime's
+reserve before the deadline (coach.domain.deadlines) and reply `stopped_early` with the samples they trained; what
+does not fit even so is a timeout (HTTP 504). Workers answer with the same typed replies real workers send, and
+rank 0 marks its checkpoint saved in a memory store, so the lifecycle cannot tell the difference. Pure apart
+from that store; seeded where random.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from coach.domain.contracts import EpochRequest, WarmRequest, WorkerReply
+from coach.domain.deadlines import training_stop_s
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import ERROR, TIMEOUT, Failure, FunctionRef, Reply
 
@@ -42,6 +46,22 @@ class SimModel:
     def epoch_s(self, workers: int, servers: int, fraction: float) -> float:
         return self.fixed_s + self.server_overhead_s * (servers - 1) + self.compute_s(workers, servers, fraction)
 
+    def setup_s(self, servers: int) -> float:
+        """The fixed part before the training loop (rendezvous, build, broadcast): half of it, as measured for LeNet
+        (about 0.25 s before the loop, 0.2 s after it: validation, save, teardown)."""
+        return (self.fixed_s + self.server_overhead_s * (servers - 1)) / 2
+
+    def run_s(self, workers: int, servers: int, fraction: float, deadline_s: float) -> tuple[float, float]:
+        """(wall seconds, share of the training loop done) of an epoch whose workers stop their loop where the
+        runtime would; the wall time may still exceed the deadline (then the runtime answers 504)."""
+        setup_s, compute_s = self.setup_s(servers), self.compute_s(workers, servers, fraction)
+        full_s = self.epoch_s(workers, servers, fraction)
+        loop_s = training_stop_s(deadline_s, setup_s) - setup_s  # time the loop may run
+        if compute_s <= loop_s:
+            return full_s, 1.0
+        done = max(0.0, loop_s) / compute_s
+        return full_s - compute_s * (1 - done), done
+
     def loss(self, step: int) -> float:
         return 1.0 / (self.loss_a * step + self.loss_b) + self.loss_c
 
@@ -68,28 +88,40 @@ class SimulatedPlatform:
             return Reply(ref.name, {"warm": True, "role": ref.role}, self.deploy_s)
         model = self.models.get(ref.fid.job, SimModel())
         ps = request.ps
-        wall_s = model.epoch_s(ps.num_workers, ps.num_servers, request.data_fraction)
+        wall_s, done = model.run_s(ps.num_workers, ps.num_servers, request.data_fraction, request.deadline_s)
+        if done < 1.0:  # the loop trains whole batches: it stopped after the last one it finished
+            shard = self._shard(model, request)
+            trained = min(shard, int(shard * done) // request.hyper.batch_size * request.hyper.batch_size)
+            wall_s -= model.compute_s(ps.num_workers, ps.num_servers, request.data_fraction) * (done - trained / shard)
+            done = trained / shard
         if wall_s > request.deadline_s:  # as the runtime does: it gives up at its deadline (HTTP 504)
             return Failure(ref.name, TIMEOUT, f"deadline of {request.deadline_s:g} s exceeded", request.deadline_s)
         if (ref.fid.job, request.step, request.attempt) in self.fail:
             return Failure(ref.name, ERROR, f"injected failure at step {request.step}", wall_s / 2)
         if ref.fid.role != Role.WORKER:
             return Reply(ref.name, {"role": ref.role, "compute_s": wall_s}, wall_s)
-        return Reply(ref.name, self._worker_reply(ref.fid, request, model, wall_s), wall_s)
+        return Reply(ref.name, self._worker_reply(ref.fid, request, model, done), wall_s)
 
-    def _worker_reply(self, fid: FunctionId, request: EpochRequest, model: SimModel, wall_s: float) -> dict:
+    def _worker_reply(self, fid: FunctionId, request: EpochRequest, model: SimModel, done: float) -> dict:
+        """Rank 0 saves unless it trained nothing; a cut epoch trains whole batches only."""
         workers = request.ps.num_workers
-        samples = max(int(math.ceil(model.samples * request.data_fraction)) // workers, 1)
-        loss = model.loss(request.step)
+        shard = self._shard(model, request)
+        samples = shard if done >= 1.0 else round(shard * done)
+        loss = model.loss(request.step - 1 + samples / shard)
         saved = None
-        if fid.index == 0:
+        if fid.index == 0 and samples:
             saved = request.checkpoint_save
             self.store.mark_saved(saved)
         reply = WorkerReply(rank=fid.index, num_workers=workers, loss_sum=loss * samples, samples=samples,
                             correct=int(samples * max(0.0, 1.0 - loss / 2.5)),
-                            compute_s=model.compute_s(workers, request.ps.num_servers, request.data_fraction),
-                            checkpoint_saved=saved)
+                            compute_s=model.compute_s(workers, request.ps.num_servers, request.data_fraction) * done,
+                            checkpoint_saved=saved, stopped_early=done < 1.0, shard_samples=shard)
         return {**reply.to_dict(), "role": "worker"}
+
+    @staticmethod
+    def _shard(model: SimModel, request: EpochRequest) -> int:
+        """Samples each worker's whole pass trains."""
+        return max(int(math.ceil(model.samples * request.data_fraction)) // request.ps.num_workers, 1)
 
     def cancel(self, ref: FunctionRef) -> None:
         pass

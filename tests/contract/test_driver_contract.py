@@ -86,7 +86,7 @@ def test_a_dynamic_job_calibrates_at_four_points_then_trains_with_recorded_decis
         decision = r["decision"]
         assert DECISION_FIELDS <= set(decision)
         assert decision["stopped_by"] in {"gain", "budget", "capacity", "limit"}
-        assert decision["speed_fit"]["b1"] >= 0 and decision["speed_fit"]["b3"] >= 0
+        assert decision["speed_fit"]["form"] and decision["speed_fit"]["rms_error"] >= 0
         assert (r["workers"], r["servers"]) == (decision["workers"], decision["servers"])
         assert 1 <= r["workers"] <= spec.max_workers and 1 <= r["servers"] <= spec.max_servers
     # every step so far feeds the fit: the four calibration points, then one more per epoch

@@ -33,7 +33,7 @@ def test_a_dynamic_lenet_job_calibrates_then_chooses_its_own_counts(tmp_path, ma
         assert DECISION_FIELDS <= set(decision)
         assert (r["workers"], r["servers"]) == (decision["workers"], decision["servers"])
         assert decision["stopped_by"] in {"gain", "budget", "capacity", "limit"}
-        assert decision["speed_fit"]["b1"] >= 0 and decision["speed_fit"]["b3"] >= 0
+        assert decision["speed_fit"]["form"] and decision["speed_fit"]["rms_error"] >= 0
         assert len(r["placement"]) == r["workers"] + r["servers"] + 1
     # every observation so far feeds the fit: 4 calibration points, then one more per epoch
     assert [r["decision"]["speed_fit"]["observations"] for r in training] == [4, 5, 6]

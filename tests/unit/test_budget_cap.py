@@ -1,5 +1,6 @@
 """The budget is a hard cap: 50 seeded random jobs, budgets and prices, run in virtual time through the same
-lifecycle, policy and placement as `coach run`, and no line of any log has cumulative_cost above its budget."""
+lifecycle, policy and placement as `coach run`, and no line of any log has cumulative_cost above its budget.
+Steps that their deadline cuts are partial steps with a checkpoint, as the runtime replies them."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def random_case(seed: int) -> tuple[JobSpec, ClusterSpec, SimModel, str]:
 
 
 def test_no_line_of_any_log_spends_more_than_its_budget_over_50_random_jobs():
-    stopped_by_budget = 0
+    stopped_by_budget = partial = 0
     for seed in range(50):
         spec, cluster, model, policy = random_case(seed)
         sim = simulate_jobs([spec], cluster, policy=policy, models={"j": model}, placement_timeout_s=1e9)
@@ -39,5 +40,9 @@ def test_no_line_of_any_log_spends_more_than_its_budget_over_50_random_jobs():
         assert records, seed
         for record in records:
             assert record["cumulative_cost"] <= spec.budget, (seed, record)
+            if record.get("stopped_early"):
+                partial += 1
+                assert record["checkpoint"] and 0 < record["epoch_fraction"] < 1, (seed, record)
         stopped_by_budget += records[-1]["stop_reason"] == "budget"
     assert stopped_by_budget >= 25  # the budgets are small on purpose: most jobs run out of money
+    assert partial >= 10  # and many of them spend the last of it on a partial step

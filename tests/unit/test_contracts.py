@@ -95,7 +95,7 @@ def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
     assert reply.to_dict() == {
         "schema": SCHEMA, "rank": 0, "num_workers": 1, "loss_sum": 50.0, "samples": 200, "correct": 150,
         "compute_s": 1.0, "checkpoint_saved": "c", "val_loss": 0.3, "val_accuracy": 0.9, "val_samples": 100,
-        "diverged": False, "loss": 0.25, "accuracy": 0.75,
+        "diverged": False, "stopped_early": False, "shard_samples": None, "loss": 0.25, "accuracy": 0.75,
     }
 
 
@@ -108,7 +108,7 @@ def test_a_diverged_worker_reply_is_standard_json_with_a_null_loss():
     assert json.loads(text) == {
         "schema": SCHEMA, "rank": 1, "num_workers": 2, "loss_sum": None, "samples": 64, "correct": 5,
         "compute_s": 0.1, "checkpoint_saved": None, "val_loss": None, "val_accuracy": None, "val_samples": None,
-        "diverged": True, "loss": None, "accuracy": 5 / 64,
+        "diverged": True, "stopped_early": False, "shard_samples": None, "loss": None, "accuracy": 5 / 64,
     }
 
 

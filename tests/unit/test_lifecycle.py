@@ -102,7 +102,9 @@ def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end
                        placement=names(ids), loss=loss, val_loss=None, accuracy=None, train_accuracy=0.5,
                        samples=64 * workers, epoch_time_s=10.0, compute_s=8.0, start=iso(end - 10.0),
                        end=iso(end), cost=cost, cumulative_cost=cumulative, budget=budget, stop_reason=stop,
-                       attempt=attempt, checkpoint=ckpt(tag), extra=dict(extra))
+                       attempt=attempt, checkpoint=ckpt(tag),
+                       extra={**extra, "batch_size": 32, "global_batch": 32 * workers, "learning_rate": 0.05,
+                              "batch_scaling": "fixed"})
 
 
 def line(phase: str, *, epoch: int, at: float, cost: float, cumulative: float, workers: int = 2, servers: int = 1,
@@ -1081,3 +1083,44 @@ def test_a_timeout_far_from_the_money_limit_is_retried_as_before():
     d.start_static(T0)
     out = d.send(failed(T0 + 10))
     assert out[0].record.extra["will_retry"] is True and out[-1] == WaitUntil(T0 + 10.5)
+
+
+# --------------------------------------------------------------------------- batch scaling
+
+
+def test_an_adaptive_job_asks_for_the_noise_scale_records_it_and_grows_the_batch_when_it_is_large():
+    d = Driver(job_spec(batch_scaling="adaptive"))
+    assert d.send(Start(T0)) == [AskPolicy()]
+    d.send(Decided(T0, STATIC))
+    d.bind_all(T0 + 1)
+    call = d.send(Deployed(T0 + 2, F21))[0]
+    # before any measurement: the job file's batch and learning rate, and the workers are asked to measure
+    assert call.hyper == Hyper(32, "sgd", 0.05, {"momentum": 0.9}, 7, measure_noise=True)
+    done = epoch_done(call, T0 + 12, 0.5)
+    # each worker's 64 samples are 2 steps of 32 in 8 s; they measured tr(Sigma) = 6400, |G|^2 = 1: B = 6400
+    done = replace(done, replies={fid: replace(r, grad_var=6400.0, grad_sqr=1.0, noise_steps=2)
+                                  for fid, r in done.replies.items()})
+    out = d.send(done)
+
+    line = out[0].record.extra
+    shown = ("batch_size", "global_batch", "learning_rate", "batch_scaling", "grad_noise_scale")
+    assert {k: line[k] for k in shown} == {"batch_size": 32, "global_batch": 64, "learning_rate": 0.05,
+                                           "batch_scaling": "adaptive", "grad_noise_scale": 6400.0}
+    d.send(Decided(T0 + 100, STATIC))
+    call = d.bind_all(T0 + 100)[-1]
+    # one step time known (4 s at 32): half overhead, so M* = sqrt(2 x 6400 x 2 x 32 / 2) = 640, beyond a worker's
+    # whole shard (64 samples): the batch doubles to the shard, the learning rate grows by AdaScale's gain
+    assert call.hyper.batch_size == 64 and call.hyper.measure_noise
+    assert call.hyper.learning_rate == pytest.approx(0.05 * 128 / 32 * (6400 + 32) / (6400 + 128))
+
+
+def test_a_linear_job_scales_the_learning_rate_with_the_workers_and_asks_for_no_measurement():
+    d = Driver(job_spec(batch_scaling="linear"))
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    d.bind_all(T0 + 1)
+    call = d.send(Deployed(T0 + 2, F21))[0]
+
+    assert call.hyper == Hyper(32, "sgd", 0.1, {"momentum": 0.9}, 7)
+    line = d.send(epoch_done(call, T0 + 12, 0.5))[0].record.extra
+    assert line == {"batch_size": 32, "global_batch": 64, "learning_rate": 0.1, "batch_scaling": "linear"}
