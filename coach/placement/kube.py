@@ -151,7 +151,10 @@ class KubePlacement:
             watcher.stop()
             response = getattr(watcher, "_resp", None)
             if response is not None:
-                response.shutdown()
+                try:
+                    response.shutdown()
+                except (ValueError, OSError):  # urllib3 already released the connection: the watch has ended
+                    pass
         for job in sorted(self._groups):
             try:
                 self._custom.delete_namespaced_custom_object(PODGROUP_GROUP, PODGROUP_VERSION, self.namespace,
