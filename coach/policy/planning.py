@@ -86,7 +86,7 @@ def plan_jobs(jobs: Sequence[PlanInput], free_slots: int, price_per_slot_s: floa
         current, current_epochs, known, margin = None, 0, frozenset(), 0.0
         if measured:
             speed = measured_or_fitted(speed, job.history, _speed)
-            current, known, margin = current_counts(job.history), speed.measured, probe_margin(speed, min_gain)
+            current, known, margin = current_counts(job.history), speed.measured, probe_margin(speed)
             current_epochs = speed.point(*current).epochs if current else 0
         remaining = _remaining(tuple(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
                                job.spec.max_epochs)

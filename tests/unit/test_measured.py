@@ -10,6 +10,7 @@ from coach.model.speed import SpeedObservation
 from coach.policy.history import History, history_from_records
 from coach.policy.measured import (
     MAX_PROBE_MARGIN,
+    MIN_PROBE_MARGIN,
     MeasuredOrFitted,
     MeasuredPoint,
     current_counts,
@@ -98,7 +99,7 @@ def test_the_prior_fit_error_predicts_each_point_from_what_came_before_it():
     assert measured_or_fitted(Flat(), history, fit_on).fit_error == pytest.approx(error)
 
 
-def test_the_probe_margin_is_the_fit_error_between_min_gain_and_its_cap():
-    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.0), 0.05) == 0.05
-    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.12), 0.05) == 0.12
-    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.9), 0.05) == MAX_PROBE_MARGIN
+def test_the_probe_margin_is_the_fit_error_between_its_floor_and_its_cap():
+    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.0)) == MIN_PROBE_MARGIN == 0.2
+    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.25)) == 0.25
+    assert probe_margin(MeasuredOrFitted(Flat(), (), 0.9)) == MAX_PROBE_MARGIN
