@@ -434,11 +434,11 @@ class JobLifecycle:
         cost, slot_s = self._cost(event.durations_s), sum(event.durations_s.values())
         replies = list(event.replies.values())
         # a worker that saw a non-finite loss says so (`diverged`, with no checkpoint and maybe no loss_sum)
-        diverged = sorted(r.rank for r in replies if getattr(r, "diverged", False) or not _finite(r.loss_sum))
+        diverged = sorted(r.rank for r in replies if r.diverged or not _finite(r.loss_sum))
         if diverged:
             return self._diverged(event.now_s, cost, slot_s, f"worker rank {', '.join(map(str, diverged))} "
                                                               f"reported a non-finite loss")
-        stopped = any(getattr(r, "stopped_early", False) for r in replies)  # the deadline came first
+        stopped = any(r.stopped_early for r in replies)  # the deadline came first
         if stopped and not any(r.samples for r in replies):  # before the first step: as if it had timed out
             failure = Failure(f"{self.spec.name}-worker", TIMEOUT,
                               "the deadline of this attempt came before its first training step", event.wall_s)
@@ -506,7 +506,7 @@ class JobLifecycle:
         `grad_noise_scale` is the smoothed noise scale after this step's measurement: the next choice's input."""
         batch = self._batch
         measured = combine([WorkerNoise(r.grad_var, r.grad_sqr, r.noise_steps) for r in replies
-                            if getattr(r, "noise_steps", None) and _finite(r.grad_var) and _finite(r.grad_sqr)])
+                            if r.noise_steps and _finite(r.grad_var) and _finite(r.grad_sqr)])
         if measured is not None:
             self._noise = smooth(self._noise, measured)
         steps = math.ceil(samples / workers / batch.batch_size)
