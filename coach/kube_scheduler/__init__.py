@@ -4,11 +4,12 @@ Modules, each with one job:
 - objects.py: Kubernetes JSON -> NodeInfo, PodInfo, GroupInfo (pure)
 - mirror.py: those, as the watch reports them, -> scheduler_fork calls; what to bind, why others wait (pure)
 - watch.py: list+watch of one kind (resourceVersion, BOOKMARKs, relist on 410 Gone)
-- binder.py: bindings through the pods' binding subresource, from a thread pool
+- binder.py: bindings through the pods' binding subresource, from a thread pool; bind_process.py: the same from a
+  child process
 - events.py: FailedScheduling / Scheduled Events and the PodScheduled condition
 - leader.py: leader election with a coordination.k8s.io/v1 Lease
 - metrics.py: /metrics (prometheus-client) and /healthz
 - loop.py: KubeScheduler, which runs them all around one scheduling loop
-- connect.py, rest.py: an ApiClient from a kubeconfig; raw responses read whole
+- rest.py: raw responses read whole; POSTs of JSON bodies through the client's connection pool
 - cli.py: `coach scheduler`, `coach bench kube-scheduler`; bench.py: the end-to-end benchmark
 """

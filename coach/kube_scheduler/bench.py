@@ -67,7 +67,9 @@ class BenchResult:
     bind_latency_p50_s: float  # decision -> 201, median of every binding's recorded latency (mostly the wait
     bind_latency_p99_s: float  # for a binder thread: a pass decides every pending pod at once); 99th percentile
     events_written: int  # Events the scheduler wrote within the window (Scheduled ones trail the bindings)
+    binder: str  # where the bindings were sent from: "threads" (of the scheduler's process) or "process"
     cpu_scheduler_s: float  # CPU seconds of this process (the scheduler) from the first POST to the end
+    cpu_binder_s: float | None  # CPU seconds of the scheduler's binding process, same window (None: threads)
     cpu_load_s: float  # CPU seconds of the load generator from its first POST to its last
     cpu_apiserver_s: float | None  # CPU seconds of the apiserver's process, same window (None: in this process)
 
@@ -138,13 +140,7 @@ class _Apiserver:
 
     def cpu_s(self) -> float:
         """CPU seconds the apiserver's child process has used so far (0 in thread mode or off Linux)."""
-        if self.where == "thread":
-            return 0.0
-        try:
-            fields = Path(f"/proc/{self._child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        return 0.0 if self.where == "thread" else process_cpu_s(self._child.pid)
 
     def stop(self) -> None:
         if self.where == "thread":
@@ -211,6 +207,17 @@ print(json.dumps({"first_s": first_s, "last_s": time.monotonic(), "failed": len(
 """
 
 
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) process `pid` has used so far; 0 without one, or off Linux."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _create_all(pool: ThreadPoolExecutor, create, bodies) -> None:
     for future in [pool.submit(create, body) for body in bodies]:
         future.result()
@@ -218,6 +225,7 @@ def _create_all(pool: ThreadPoolExecutor, create, bodies) -> None:
 
 def run_bench(nodes: int, pods: int, profile: str = "gang", slots_per_node: int = 4, seed: int = 0,
               apiserver: str = "process", creators: int = 16, bind_threads: int = 16, scheduled_events: bool = True,
+              binder: str = "process",
               timeout_s: float = 600.0, switch_interval_s: float = 0.005) -> BenchResult:
     """Measure; see the module docstring. ValueError when the pods do not fit the nodes' slots."""
     if pods > nodes * slots_per_node:
@@ -255,13 +263,14 @@ def run_bench(nodes: int, pods: int, profile: str = "gang", slots_per_node: int 
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 scheduler = KubeScheduler(api, Config(profile=profile, namespace=NAMESPACE, lease_namespace=NAMESPACE,
                                                       metrics_host="127.0.0.1", metrics_port=0, seed=seed,
-                                                      bind_threads=bind_threads, scheduled_events=scheduled_events),
+                                                      bind_threads=bind_threads, scheduled_events=scheduled_events,
+                                                      binder=binder),
                                           on_bound=on_bound).start()
                 deadline = time.monotonic() + 60
                 while not (scheduler.wait_synced(1.0) and scheduler.is_leader()):
                     if time.monotonic() > deadline:
                         raise RuntimeError("the scheduler did not list and lead within 60 s")
-                cpu_before = (time.process_time(), server.cpu_s())
+                cpu_before = (time.process_time(), server.cpu_s(), process_cpu_s(scheduler.binder_pid))
                 load.stdin.write("go\n")
                 load.stdin.flush()
                 created = json.loads(load.stdout.readline() or "{}")
@@ -277,7 +286,7 @@ def run_bench(nodes: int, pods: int, profile: str = "gang", slots_per_node: int 
                 elif time.monotonic() - progress_s > STALL_S:
                     break  # nothing bound for a while: report what was
                 time.sleep(0.05)
-            cpu_after = (time.process_time(), server.cpu_s())
+            cpu_after = (time.process_time(), server.cpu_s(), process_cpu_s(scheduler.binder_pid))
             bound_total = scheduler.bound_total
             conflicts = len(scheduler.conflicts)
             relists = int(sum(sample.value for metric in scheduler.metrics.relists.collect()
@@ -294,7 +303,9 @@ def run_bench(nodes: int, pods: int, profile: str = "gang", slots_per_node: int 
                                create_seconds=created_s - started_s, conflicts=conflicts, relists=relists,
                                bind_latency_p50_s=latencies[0], bind_latency_p99_s=latencies[1],
                                events_written=events_written,
-                               cpu_scheduler_s=cpu_after[0] - cpu_before[0], cpu_load_s=created["cpu_s"],
+                               binder=binder, cpu_scheduler_s=cpu_after[0] - cpu_before[0],
+                               cpu_binder_s=(cpu_after[2] - cpu_before[2]) if binder == "process" else None,
+                               cpu_load_s=created["cpu_s"],
                                cpu_apiserver_s=(cpu_after[1] - cpu_before[1]) if apiserver == "process" else None)
         finally:
             if load is not None:

@@ -27,7 +27,8 @@ def _fail(line: str, code: int) -> int:
 
 
 def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_namespaces: bool, metrics_port: int,
-                  identity: str | None, lease_duration_s: float, metrics_host: str = "0.0.0.0") -> int:
+                  identity: str | None, lease_duration_s: float, metrics_host: str = "0.0.0.0",
+                  binder: str = "process") -> int:
     """`coach scheduler`: schedule until Ctrl-C or SIGTERM; the exit code."""
     from coach.domain.kube import LEASE_NAME
     from coach.placement.kube_connect import connect, reachable
@@ -46,7 +47,7 @@ def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_name
         watched = None if all_namespaces else (namespace or context_namespace)
         config = Config(profile=profile, namespace=watched, lease_namespace=namespace or context_namespace,
                         identity=identity or default_identity(), lease_duration_s=lease_duration_s,
-                        metrics_host=metrics_host, metrics_port=metrics_port)
+                        metrics_host=metrics_host, metrics_port=metrics_port, binder=binder)
         try:
             scheduler = KubeScheduler(api, config)
         except OSError as error:
@@ -72,12 +73,14 @@ def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_name
         api.close()
 
 
-def run_bench_command(nodes: int, pods: int, profile: str, slots_per_node: int, seed: int, apiserver: str) -> int:
+def run_bench_command(nodes: int, pods: int, profile: str, slots_per_node: int, seed: int, apiserver: str,
+                      binder: str = "process") -> int:
     """`coach bench kube-scheduler`: print the result as one JSON line."""
     from coach.kube_scheduler.bench import run_bench
 
     try:
-        result = run_bench(nodes, pods, profile, slots_per_node=slots_per_node, seed=seed, apiserver=apiserver)
+        result = run_bench(nodes, pods, profile, slots_per_node=slots_per_node, seed=seed, apiserver=apiserver,
+                           binder=binder)
     except ValueError as error:
         print(f"coach bench kube-scheduler: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -12,7 +12,7 @@ The rules (client-go's leaderelection, reduced to what Coach needs):
   leadership at once;
 - on stop, the holder writes an empty holderIdentity so that a follower takes over at its next try.
 
-A thread does the renewing; `is_leader()` is what the binder asks right before every binding.
+A thread does the renewing; `leads_until_s()` is what the binder asks right before every binding.
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ class LeaseElector:
     def is_leader(self) -> bool:
         """True while this replica holds the Lease and its last renewal is recent enough (see the docstring)."""
         return self._holding and time.monotonic() < self._valid_until
+
+    def leads_until_s(self) -> float:
+        """The monotonic time until which this replica leads (0 when it does not): what a binder checks."""
+        with self._lock:
+            return self._valid_until if self._holding else 0.0
 
     def start(self) -> "LeaseElector":
         self._thread.start()

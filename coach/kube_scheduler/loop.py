@@ -28,6 +28,7 @@ from typing import Callable
 from kubernetes import client
 
 from coach.domain.kube import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, SCHEDULER_NAME
+from coach.kube_scheduler.bind_process import ProcessBinder
 from coach.kube_scheduler.binder import BOUND, CONFLICT, FAILED, GONE, NOT_LEADER, BindOutcome, Binder
 from coach.kube_scheduler.events import EventPoster, PodRef, ReasonTracker
 from coach.kube_scheduler.leader import LeaseElector
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 PENDING_TICK_S = 0.1
 #: How often it runs one otherwise (to notice a lost leadership, a Permit deadline).
 IDLE_TICK_S = 1.0
+#: Where bindings are sent from: threads of the scheduler's process, or threads of a child process (see
+#: bind_process: the HTTP of 1,000 bindings a second is most of a core).
+BINDERS = {"threads": Binder, "process": ProcessBinder}
 #: Bindings and conflicts remembered for inspection (tests, the benchmark); older ones are forgotten.
 RECORDED = 100_000
 
@@ -63,6 +67,7 @@ class Config:
     seed: int = 0  # scheduler_fork's tie-break seed
     permit_timeout_s: float = 30.0  # gang-strict's wait at Permit
     scheduled_events: bool = True  # post a `Scheduled` Event on every binding
+    binder: str = "threads"  # a key of BINDERS
 
 
 def default_identity() -> str:
@@ -92,8 +97,9 @@ class KubeScheduler:
         self.bound_total = 0  # bindings this replica made
         self.passes = 0  # scheduling passes run as the leader
         self._elector = LeaseElector(api, config.lease_namespace, self.identity, config.lease_duration_s,
-                                     on_change=lambda leader: self._queue.put(("leader", leader)))  # a wake-up
-        self._binder = Binder(api, self._elector.is_leader, self._queue.put, threads=config.bind_threads)
+                                     on_change=self._leadership_changed)
+        self._binder = BINDERS[config.binder](api, self._elector.leads_until_s, self._queue.put,
+                                              threads=config.bind_threads)
         self._poster = EventPoster(api, self.identity, on_drop=self.metrics.events_dropped.inc,
                                    busy=self._binder.busy)
         self._informers = self._make_informers(api)
@@ -114,6 +120,10 @@ class KubeScheduler:
         return [Informer("nodes", core.list_node, self._queue.put, relisted),
                 Informer("podgroups", groups, self._queue.put, relisted),
                 Informer("pods", pods, self._queue.put, relisted)]
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self._binder.leadership_changed()
+        self._queue.put(("leader", leader))  # wakes the loop
 
     # ---- life --------------------------------------------------------------------------------------------------
 
@@ -144,6 +154,11 @@ class KubeScheduler:
         return self._elector.is_leader()
 
     @property
+    def binder_pid(self) -> int | None:
+        """The child process that sends the bindings (None: this process's threads do)."""
+        return self._binder.pid
+
+    @property
     def events_written(self) -> int:
         """Events (and pending-pod conditions) written so far."""
         return self._poster.posted
@@ -153,6 +168,8 @@ class KubeScheduler:
         down = [informer.kind for informer in self._informers if not informer.healthy()]
         if not self._thread.is_alive() and not self._stopping.is_set():
             down.append("scheduling loop")
+        if not self._binder.healthy():
+            down.append("binder")
         return None if not down else "not watching: " + ", ".join(down)
 
     def stop(self) -> None:

@@ -41,6 +41,7 @@ class JsonPoster:
 
     def __init__(self, api, timeout_s: tuple[float, float] = (5.0, 30.0)):
         self._api = api
+        self.timeout_s = timeout_s  # (connect, read)
         host = api.configuration.host.rstrip("/")
         manager = api.rest_client.pool_manager
         self._timeout = urllib3.Timeout(connect=timeout_s[0], read=timeout_s[1])

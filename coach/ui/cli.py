@@ -336,7 +336,18 @@ def cmd_scheduler(args) -> int:
     from coach.kube_scheduler.cli import run_scheduler
 
     return run_scheduler(args.kubeconfig, args.profile, args.namespace, args.all_namespaces, args.metrics_port,
-                         args.id, args.lease_duration, args.metrics_address)
+                         args.id, args.lease_duration, args.metrics_address, args.binder)
+
+
+#: The keys of coach.kube_scheduler.loop.BINDERS (named here so that parsing does not import the kubernetes
+#: client; tests/contract/test_kube_scheduler_cli.py checks that they agree).
+BINDER_CHOICES = ("process", "threads")
+
+
+def _binder_option(parser) -> None:
+    parser.add_argument("--binder", choices=BINDER_CHOICES, default="process",
+                        help="send the bindings from a child process's threads or from this process's "
+                             "(default: %(default)s)")
 
 
 def cmd_bench_kube_scheduler(args) -> int:
@@ -345,7 +356,8 @@ def cmd_bench_kube_scheduler(args) -> int:
 
     if args.pods > args.nodes * args.slots_per_node:
         return _fail([f"--pods: {args.pods} pods do not fit {args.nodes} nodes x {args.slots_per_node} slots"])
-    return run_bench_command(args.nodes, args.pods, args.profile, args.slots_per_node, args.seed, args.apiserver)
+    return run_bench_command(args.nodes, args.pods, args.profile, args.slots_per_node, args.seed, args.apiserver,
+                             args.binder)
 
 
 def _policies():
@@ -466,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"tie-break seed, 0 <= N <= {MAX_SEED} (default: %(default)s)")
     bench_kube.add_argument("--apiserver", choices=("process", "thread"), default="process",
                             help="run the fake apiserver in a child process or in this one (default: %(default)s)")
+    _binder_option(bench_kube)
     bench_kube.set_defaults(func=cmd_bench_kube_scheduler)
 
     scheduler = subparser(sub, "scheduler", epilog=EXIT_CODES,
@@ -488,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="this replica's name in the Lease (default: the host name and a random suffix)")
     scheduler.add_argument("--lease-duration", type=number(1.0, 3600.0), default=15.0, metavar="S",
                            help="seconds a leader's Lease lasts without renewal, 1 <= S <= 3600 (default: %(default)g)")
+    _binder_option(scheduler)
     scheduler.set_defaults(func=cmd_scheduler)
 
     from coach.ui.analysis_cli import add_commands

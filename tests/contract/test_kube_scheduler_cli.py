@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from coach.fakes.kube_apiserver import FakeApiServer
 from coach.ui.cli import main
 
@@ -46,10 +48,13 @@ def test_bench_refuses_more_pods_than_slots(capsys):
     assert one_line(capsys.readouterr().err) == "--pods: 9 pods do not fit 2 nodes x 4 slots"
 
 
-def test_bench_binds_every_pod_once_and_says_how_fast(capsys):
-    assert main(["bench", "kube-scheduler", "--nodes", "40", "--pods", "120", "--apiserver", "thread"]) == 0
+@pytest.mark.parametrize("binder", ["process", "threads"])
+def test_bench_binds_every_pod_once_and_says_how_fast(capsys, binder):
+    assert main(["bench", "kube-scheduler", "--nodes", "40", "--pods", "120", "--apiserver", "thread",
+                 "--binder", binder]) == 0
     result = json.loads(one_line(capsys.readouterr().out))
     assert (result["pods_bound"], result["pods_bound_in_apiserver"], result["conflicts"]) == (120, 120, 0)
+    assert result["binder"] == binder and (result["cpu_binder_s"] is None) == (binder == "threads")
     assert result["pods_per_s"] > 0 and result["seconds"] > 0
     # real percentiles of the recorded latencies, never a histogram bucket's bound or null
     assert 0 < result["bind_latency_p50_s"] <= result["bind_latency_p99_s"] < result["seconds"] + 1
@@ -62,3 +67,10 @@ def test_bench_percentiles_are_nearest_rank_of_what_was_recorded():
     assert _percentiles([0.3, 0.1, 0.2, 0.4], (0.5, 0.99)) == (0.2, 0.4)
     assert _percentiles([5.0], (0.5, 0.99)) == (5.0, 5.0)
     assert all(math.isnan(value) for value in _percentiles([], (0.5,)))
+
+
+def test_the_command_line_offers_every_binder_of_the_registry():
+    from coach.kube_scheduler.loop import BINDERS
+    from coach.ui.cli import BINDER_CHOICES
+
+    assert sorted(BINDER_CHOICES) == sorted(BINDERS)

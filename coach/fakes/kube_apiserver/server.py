@@ -29,6 +29,8 @@ MAX_HEADER_LINE_BYTES = 64 * 1024
 MAX_HEADERS = 100
 
 
+#: One encoder for every answer (json.dumps with separators builds a new one per call).
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 _PHRASES = {status.value: status.phrase for status in HTTPStatus}
 _date = [0, ""]  # the second and its HTTP date: formatted once a second, not once per answer
 
@@ -177,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply.body, str):
             data = reply.body.encode()
         else:
-            data = json.dumps(reply.body, separators=(",", ":")).encode()
+            data = COMPACT_JSON.encode(reply.body).encode()
         head = (f"HTTP/1.1 {reply.code} {_PHRASES.get(reply.code, '')}\r\nContent-Type: {reply.content_type}\r\n"
                 f"Cache-Control: no-cache, private\r\nDate: {_http_date()}\r\nContent-Length: {len(data)}\r\n"
                 f"{'Connection: close' + chr(13) + chr(10) if self.close_connection else ''}\r\n").encode("latin-1")

@@ -15,6 +15,7 @@ import copy
 import datetime
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -31,9 +32,16 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
+_stamp = [0, ""]  # the second and its RFC 3339 text: formatted once a second, not on every write
+
+
 def utc_now() -> str:
     """RFC 3339 to the second, as metadata.creationTimestamp."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now_s = int(time.time())
+    if _stamp[0] != now_s:
+        moment = datetime.datetime.fromtimestamp(now_s, datetime.timezone.utc)
+        _stamp[:] = [now_s, moment.strftime("%Y-%m-%dT%H:%M:%SZ")]
+    return _stamp[1]
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ from coach.fakes.kube_apiserver.api import WatchRequest
 from coach.fakes.kube_apiserver.errors import ApiError
 from coach.fakes.kube_apiserver.store import Change, Closed, Obj, Store
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder for every line
 IDLE_CHECK_S = 1.0  # how often an idle stream wakes to see whether its client left
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
 def _line(kind: str, obj: Obj) -> bytes:
-    return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+    return _COMPACT_JSON.encode({"type": kind, "object": obj}).encode() + b"\n"
 
 
 def event_for(request: WatchRequest, change: Change) -> tuple[str, Obj] | None:
