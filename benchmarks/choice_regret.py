@@ -58,6 +58,7 @@ from coach.lifecycle import events as ev  # noqa: E402
 from coach.lifecycle.job import JobLifecycle  # noqa: E402
 from coach.model.speed_forms import CHOSEN_FORM  # noqa: E402
 from coach.platforms.simulated import SimModel, SimulatedPlatform  # noqa: E402
+from coach.policy.history import full_epoch_time_s  # noqa: E402
 from coach.policy.run_policy import ClusterView, CoachPolicy, Policy  # noqa: E402
 from coach.storage.checkpoints import MemoryCheckpointStore  # noqa: E402
 from coach.storage.results import MemorySink  # noqa: E402
@@ -219,7 +220,7 @@ def load_table(path: Path) -> Table:
         except (KeyError, TypeError, ValueError):
             raise BadInput(f"{path}: calibration[{i}]: expected workers, servers, epoch_time_s, compute_s and "
                            f"data_fraction") from None
-        calibration[counts] = (epoch_s - compute_s) + compute_s / q  # as coach.policy.history scales it
+        calibration[counts] = full_epoch_time_s(epoch_s, compute_s, q, line.get("first_step_s"))
     model = data.get("model") if isinstance(data.get("model"), str) else path.stem
     return Table(f"{model} ({path.name})", ROOT / job, times, statistics.median(fixed) if fixed else 0.0,
                  calibration)

@@ -13,10 +13,10 @@ of a single float every EVERY_STEPS steps, queued asynchronously after a step an
 after its forward and backward pass (benchmarks/partial_epoch.py measures what it costs).
 
 The protocol, the same on every worker (the step indices are the same on all): cast a vote before the first
-step, after the first and after every EVERY_STEPS-th step; before pushing the next step's gradients, read the sum of that round and
-stop if any worker voted to stop. A worker votes to stop when it could not otherwise stop in time: its clock plus
-EVERY_STEPS + 1 of its slowest steps (a vote to go on lets the loop run until the next round is read), plus for
-rank 0 its validation in step-times, reaches `stop_at_s`.
+step, after the first and after every EVERY_STEPS-th step; before pushing the next step's gradients, read the
+sum of that round and stop if any worker voted to stop. A worker votes to stop when it could not otherwise stop
+in time: its clock plus EVERY_STEPS + 1 of its slowest steps (a vote to go on lets the loop run until the next
+round is read), plus its slice of the validation in step-times, reaches `stop_at_s`.
 
 Side effects: kvstore traffic on STOP_KEY; reads the monotonic clock.
 """
@@ -33,8 +33,8 @@ STOP_KEY = 1 << 30
 #: machine); every 4th step: 39.4 and 44.4 ms against 43.0 and 41.5 ms without, lost in the noise.
 EVERY_STEPS = 4
 #: One validation batch (max(batch, 256) samples, a forward pass only) costs at most this many training steps:
-#: about one for LeNet at batch 64, 2.5 at batch 8, where a step is mostly fixed cost. Rank 0 keeps room for its
-#: validation in step-times it measured in this very epoch, which grow with the machine's load.
+#: about one for LeNet at batch 64, 2.5 at batch 8, where a step is mostly fixed cost. Every worker keeps room for
+#: its slice of the validation in step-times it measured in this very epoch, which grow with the machine's load.
 VALIDATION_BATCH_STEPS = 2.0
 
 

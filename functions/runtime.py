@@ -51,6 +51,7 @@ from coach.domain.deadlines import training_stop_s
 from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
 from functions.noise_scale import NoiseProbe
+from functions.validation import SharedValidation, batch_size_for_validation, slice_bounds
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -433,15 +434,15 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
 
 
 def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
-    """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard; rank 0
-    validates and saves.
+    """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
+    slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
 
-    The model is built and checked before the worker joins ps-lite, so a broken model file is rejected
-    (EpochError) without a rendezvous. A training loss or parameters that stop being finite end the training
-    loop of every worker at the same step (see `_train`); such an epoch replies `diverged` and saves nothing.
-    The deadline does too, a reserve before it (coach/domain/deadlines.py, functions/deadline.py): the epoch
-    replies `stopped_early` with what it trained, validated and saved as usual (nothing saved if it trained
-    nothing)."""
+    The model is built before the worker joins ps-lite, so a broken model file is rejected (EpochError) without a
+    rendezvous; the rest of the preparation overlaps the rendezvous (KvstoreJoin). A training loss or parameters
+    that stop being finite end the training loop of every worker at the same step (see `_train`); such an epoch
+    replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
+    functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
+    (nothing saved if it trained nothing)."""
     entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
     os.environ.update(ps_environment(request))
     import mxnet as mx
@@ -456,21 +457,20 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     if not isinstance(net, gluon.Block):
         raise EpochError(f"model file {request.model_path}: build_model() returned {type(net).__name__}, not a "
                          f"Gluon block")
-    if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
-        checkpoints.load_parameters(net, request.checkpoint_load)
-    else:
-        net.initialize(mx.init.Xavier())
     if callable(getattr(module, "loss", None)):
         loss_fn = user_code(request.model_path, "loss()", module.loss)
     else:
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    joining = KvstoreJoin(request.ps).start()  # the rendezvous waits ~0.1 s in ps-lite: prepare meanwhile
+    if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
+        checkpoints.load_parameters(net, request.checkpoint_load)
+    else:
+        net.initialize(mx.init.Xavier())
     # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
     classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
     _plain_layout(net)
-    check_labels(data, classes, request.model_path)
-
-    await_scheduler(request.ps)
-    kv = mx.kv.create("dist_sync")
+    check_labels(data, classes, request.model_path)  # rejected now: the controller cancels the joined peers
+    kv = joining.kvstore()
     rank, num_workers = kv.rank, kv.num_workers
     if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
         raise RuntimeError(f"kvstore has {num_workers} workers, the request {request.ps.num_workers}")
@@ -480,27 +480,32 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     if request.checkpoint_load:
         checkpoints.load_states(trainer, request.checkpoint_load)
     _await_broadcast(trainer, net.collect_params().values())
-    validation_steps = 0.0  # rank 0 validates after the loop: room for it, in step-times
-    if rank == 0 and "X_val" in data:
-        validation_steps = math.ceil(len(data["X_val"]) / max(hyper.batch_size, 256)) * VALIDATION_BATCH_STEPS
+    validation_steps = 0.0  # every worker validates its slice after the loop: room for it, in step-times
+    shared_validation = None
+    if "X_val" in data:
+        start, end = slice_bounds(len(data["X_val"]), rank, num_workers)
+        validation_steps = (math.ceil((end - start) / batch_size_for_validation(hyper.batch_size))
+                            * VALIDATION_BATCH_STEPS)
+        shared_validation = SharedValidation(kv)
     vote = StopVote(kv, entered_s + training_stop_s(request.deadline_s, setup_s=time.monotonic() - entered_s),
                     validation_steps)
 
     started = time.monotonic()
     order_seed = hyper.seed * 100003 + request.step * 101 + rank
     noise = NoiseProbe(trainer._params, num_workers, hyper.batch_size) if hyper.measure_noise else None
-    loss_sum, correct, samples, diverged = _train(net, trainer, loss_fn, x, y, order_seed, hyper.batch_size,
-                                                  num_workers, noise, vote=vote)
+    loss_sum, correct, samples, diverged, first_step_s = _train(net, trainer, loss_fn, x, y, order_seed,
+                                                                hyper.batch_size, num_workers, noise, vote=vote)
     vote.close()
     compute_s = time.monotonic() - started
+    first_step_s = None if first_step_s is None else min(first_step_s - started, compute_s)
     diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
 
     validation, saved = {}, None
-    if rank == 0 and not diverged and samples:  # stopped before its first step: nothing new to save
-        if "X_val" in data:
-            validation = _validate(net, loss_fn, data["X_val"], data["y_val"], hyper.batch_size)
+    if not diverged and samples:  # every worker or none (they agree); stopped before its first step: nothing new
+        if shared_validation is not None:
+            validation = shared_validation.run(net, loss_fn, data["X_val"], data["y_val"], hyper.batch_size)
             diverged = not math.isfinite(validation["val_loss"])
-        if diverged:  # a validation loss that is not finite: no checkpoint, and no NaN in the reply
+        if diverged or rank != 0:  # rank 0 replies the validation; not finite: no checkpoint, and no NaN in the reply
             validation = {}
         else:
             _save_checkpoint(net, trainer, request.checkpoint_save)
@@ -508,12 +513,46 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     reply = WorkerReply(rank=rank, num_workers=num_workers, samples=samples, correct=correct, compute_s=compute_s,
                         loss_sum=loss_sum if math.isfinite(loss_sum) else None, checkpoint_saved=saved,
                         diverged=diverged, stopped_early=vote.stopped, shard_samples=len(x),
+                        first_step_s=first_step_s,
                         **validation, **(noise.reply_fields() if noise and not diverged else {}))
     # the kvstore's destructor tells the servers to stop: drop every reference before leaving (a Parameter holds
     # its Trainer, which holds the kvstore)
-    del trainer, net, kv, loss_fn, vote
+    del trainer, net, kv, loss_fn, vote, shared_validation
     gc.collect()
     return reply.to_dict()
+
+
+class KvstoreJoin:
+    """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
+    (benchmarks/README.md), time the worker spends loading its checkpoint and running the shape pass instead of
+    waiting. A broken model file is still rejected before joining: the thread starts after build_model() and
+    loss() returned. MXNet's C calls release the GIL, so both go on at once."""
+
+    def __init__(self, ps: PsAddress):
+        self._ps = ps
+        self._kv = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._join, name="kvstore-join", daemon=True)
+
+    def start(self) -> "KvstoreJoin":
+        self._thread.start()
+        return self
+
+    def kvstore(self):
+        """The joined kvstore; raises what joining raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._kv
+
+    def _join(self) -> None:
+        try:
+            import mxnet as mx
+
+            await_scheduler(self._ps)
+            self._kv = mx.kv.create("dist_sync")
+        except BaseException as error:  # given to the worker's own thread, which replies with it
+            self._error = error
 
 
 def _classes(out, loss_fn) -> int | None:
@@ -554,7 +593,8 @@ def _await_broadcast(trainer, params) -> None:
 
 def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
            noise: NoiseProbe | None = None, vote: StopVote | None = None):
-    """One pass over this worker's shard: (loss_sum, correct, samples, diverged).
+    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, when its first step's loss was
+    read on the monotonic clock (None: no step); the first step carries the cold start of new shapes).
 
     Divergence stops every worker at the same step, or the others would wait forever for its gradients:
     - a worker whose batch loss is not finite adds `loss_sum * 0` (NaN) to one gradient (the `probe`
@@ -574,7 +614,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
     probe = min(trained, key=lambda p: int(np.prod(p.shape)))  # the smallest: the cheapest to poison and read
     probe_grad, probe_data = probe.list_grad()[0], probe.list_data()[0]
     order = np.random.RandomState(order_seed).permutation(len(x))
-    loss_sum, correct, samples, check = 0.0, 0, 0, None
+    loss_sum, correct, samples, check, first_step_s = 0.0, 0, 0, None, None
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         xb, yb = mx.nd.array(x[idx]), mx.nd.array(y[idx])
@@ -584,7 +624,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss.backward()
         batch_loss = loss.sum()
         if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
-            return loss_sum, correct, samples, True
+            return loss_sum, correct, samples, True, first_step_s
         if vote is not None and vote.stop():  # some worker's deadline is near: all leave before this step
             break
         probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
@@ -600,7 +640,9 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)
-    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar())
+        if first_step_s is None:
+            first_step_s = time.monotonic()
+    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), first_step_s
 
 
 def _finite_parameters(net) -> bool:
@@ -627,20 +669,6 @@ def _plain_layout(net) -> None:
     for param in net.collect_params().values():
         data = param.data()
         mx.nd.negative(mx.nd.negative(data), out=data)
-
-
-def _validate(net, loss_fn, x_val, y_val, batch_size: int) -> dict:
-    """Rank 0's validation loss and accuracy, as WorkerReply's val_* keyword arguments."""
-    import mxnet as mx
-
-    loss_sum, correct = 0.0, 0
-    for start in range(0, len(x_val), max(batch_size, 256)):
-        xb = mx.nd.array(x_val[start : start + max(batch_size, 256)])
-        yb = mx.nd.array(y_val[start : start + max(batch_size, 256)])
-        out = net(xb)
-        loss_sum += float(loss_fn(out, yb).sum().asscalar())
-        correct += int((out.argmax(axis=1) == yb).sum().asscalar())
-    return {"val_loss": loss_sum / len(x_val), "val_accuracy": correct / len(x_val), "val_samples": len(x_val)}
 
 
 def _save_checkpoint(net, trainer, prefix: str) -> None:

@@ -16,6 +16,7 @@ class EpochMetrics:
     val_loss: float | None  # rank 0's validation loss, if the model has validation data
     accuracy: float | None  # rank 0's validation accuracy
     compute_s: float  # slowest worker's training-loop time
+    first_step_s: float | None = None  # that worker's first step within it (None: not told)
 
 
 class BadReplies(ValueError):
@@ -32,11 +33,13 @@ def aggregate(worker_replies: Sequence[WorkerReply], num_workers: int) -> EpochM
     if samples <= 0:
         raise BadReplies("no samples trained")
     rank0 = next(r for r in worker_replies if r.rank == 0)
+    slowest = max(worker_replies, key=lambda r: r.compute_s)
     return EpochMetrics(
         loss=sum(r.loss_sum for r in worker_replies) / samples,
         train_accuracy=sum(r.correct for r in worker_replies) / samples,
         samples=samples,
         val_loss=rank0.val_loss,
         accuracy=rank0.val_accuracy,
-        compute_s=max(r.compute_s for r in worker_replies),
+        compute_s=slowest.compute_s,
+        first_step_s=slowest.first_step_s,
     )

@@ -195,3 +195,33 @@ def test_the_hosts_still_train_after_those_failures(epochs, tmp_path):
     results = epochs.run(model_file(tmp_path, TINY))
 
     assert all(isinstance(r, Reply) for r in results.values()), results
+
+
+# last in the module: an epoch more before the others would move their flagged sample within the shuffled order
+def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epochs, tmp_path):
+    """Each worker validates its own slice (functions/validation.py); rank 0 replies the whole set's loss and
+    accuracy, the ones this process computes alone from the checkpoint rank 0 saved after validating."""
+    import importlib.util
+
+    import mxnet as mx
+    from mxnet import gluon
+
+    from functions.checkpoints import load_parameters
+
+    path = model_file(tmp_path, TINY.replace("x[192:], y[192:]", "x[191:], y[191:]"))  # 65: slices of 32 and 33
+    results = epochs.run(path)
+
+    assert all(isinstance(r, Reply) for r in results.values()), results
+    rank0, rank1 = sorted((WorkerReply.from_dict(r.body) for r in epochs.workers(results)), key=lambda r: r.rank)
+    assert (rank0.val_samples, rank1.val_loss, rank1.val_samples) == (65, None, None)
+    spec = importlib.util.spec_from_file_location("validated_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = module.build_model()
+    load_parameters(net, rank0.checkpoint_saved)
+    _, _, x_val, y_val = module.load_data()
+    out = net(mx.nd.array(x_val))
+    loss = float(gluon.loss.SoftmaxCrossEntropyLoss()(out, mx.nd.array(y_val)).mean().asscalar())
+    correct = int((out.argmax(axis=1) == mx.nd.array(y_val)).sum().asscalar())
+    assert rank0.val_loss == pytest.approx(loss, rel=1e-5)
+    assert rank0.val_accuracy == correct / 65

@@ -1,0 +1,71 @@
+"""The epoch's validation, shared by its workers: each validates a slice, the kvstore sums the slices.
+
+Why: validation used to run on rank 0 alone after the training loop, while every other worker (and the servers)
+waited for it at the kvstore's teardown barrier; with LeNet that was the largest part of an epoch's fixed cost
+after the ps-lite rendezvous (benchmarks/README.md, "Where Coach's per-epoch overhead goes"). Split W ways it
+costs about 1/W of that on every worker at once.
+
+The protocol, the same on every worker and at the same points: `SharedValidation(kv)` before the training loop
+(its kvstore key is initialised behind init's barrier then, not after the loop), then `run(...)` after it by
+every worker or by none (they agree: they stop at the same step and share the parameters, hence divergence).
+Each worker sums the loss and the correct answers of its contiguous slice on the engine (one read at the end,
+not two per batch), pushes (loss sum, correct, samples) and pulls the sum of every worker's push. Every worker
+then knows the whole set's figures; rank 0 decides on them before it saves, exactly as when it validated alone.
+The sums are float32 on the server: a relative error of about 1e-7 on the loss.
+
+Side effects: kvstore traffic on VALIDATION_KEY.
+"""
+
+from __future__ import annotations
+
+import math
+
+from functions.deadline import STOP_KEY
+
+#: The kvstore key of the sums: beside the stop vote's, above any parameter index Gluon's Trainer uses.
+VALIDATION_KEY = STOP_KEY + 1
+
+
+def batch_size_for_validation(batch_size: int) -> int:
+    """Validation batches: a forward pass only, so larger than training's."""
+    return max(batch_size, 256)
+
+
+def slice_bounds(num_samples: int, rank: int, num_workers: int) -> tuple[int, int]:
+    """[start, end) of rank's contiguous slice: every sample in exactly one slice, sizes within one."""
+    return num_samples * rank // num_workers, num_samples * (rank + 1) // num_workers
+
+
+class SharedValidation:
+    """One epoch's shared validation over the kvstore `kv`; every worker must create one, at the same point."""
+
+    def __init__(self, kv):
+        import mxnet as mx
+
+        self._kv = kv
+        kv.init(VALIDATION_KEY, mx.nd.zeros((3,)))  # rank 0 initialises it; every worker waits at init's barrier
+        self._total = mx.nd.zeros((3,))
+
+    def run(self, net, loss_fn, x_val, y_val, batch_size: int) -> dict:
+        """The whole validation set's loss and accuracy (WorkerReply's val_* keyword arguments), from this
+        worker's slice and every other's."""
+        import mxnet as mx
+
+        start, end = slice_bounds(len(x_val), self._kv.rank, self._kv.num_workers)
+        step = batch_size_for_validation(batch_size)
+        loss_sum, correct = mx.nd.zeros((1,)), mx.nd.zeros((1,))
+        for first in range(start, end, step):
+            last = min(first + step, end)
+            xb, yb = mx.nd.array(x_val[first:last]), mx.nd.array(y_val[first:last])
+            out = net(xb)
+            loss_sum += loss_fn(out, yb).sum()
+            correct += (out.argmax(axis=1) == yb).sum()
+        mine = mx.nd.concat(loss_sum, correct, mx.nd.array([end - start]), dim=0)
+        self._kv.push(VALIDATION_KEY, mine)
+        self._kv.pull(VALIDATION_KEY, out=self._total)
+        total_loss, total_correct, total_samples = (float(v) for v in self._total.asnumpy())
+        samples = int(round(total_samples))
+        if samples != len(x_val):  # a slice went missing: a ps-lite fault, never a silently wrong loss
+            raise RuntimeError(f"shared validation summed {samples} samples, the set has {len(x_val)}")
+        return {"val_loss": total_loss / samples if math.isfinite(total_loss) else math.nan,
+                "val_accuracy": int(round(total_correct)) / samples, "val_samples": samples}
