@@ -220,7 +220,7 @@ def load_table(path: Path) -> Table:
         except (KeyError, TypeError, ValueError):
             raise BadInput(f"{path}: calibration[{i}]: expected workers, servers, epoch_time_s, compute_s and "
                            f"data_fraction") from None
-        calibration[counts] = full_epoch_time_s(epoch_s, compute_s, q, line.get("first_step_s"))
+        calibration[counts] = full_epoch_time_s(epoch_s, compute_s, q, line.get("warmup_s"))
     model = data.get("model") if isinstance(data.get("model"), str) else path.stem
     return Table(f"{model} ({path.name})", ROOT / job, times, statistics.median(fixed) if fixed else 0.0,
                  calibration)

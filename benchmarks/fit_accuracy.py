@@ -51,7 +51,7 @@ DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"
 GOAL = 0.10
 SCHEMA = 1
 # Fields of a calibration log line that the fit reads (through coach.policy.history.observations).
-CALIBRATION_FIELDS = ("phase", "workers", "servers", "epoch_time_s", "compute_s", "data_fraction", "first_step_s")
+CALIBRATION_FIELDS = ("phase", "workers", "servers", "epoch_time_s", "compute_s", "data_fraction", "warmup_s")
 
 
 class BadInput(Exception):

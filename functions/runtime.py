@@ -493,11 +493,11 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     started = time.monotonic()
     order_seed = hyper.seed * 100003 + request.step * 101 + rank
     noise = NoiseProbe(trainer._params, num_workers, hyper.batch_size) if hyper.measure_noise else None
-    loss_sum, correct, samples, diverged, first_step_s = _train(net, trainer, loss_fn, x, y, order_seed,
-                                                                hyper.batch_size, num_workers, noise, vote=vote)
+    loss_sum, correct, samples, diverged, first_step_end = _train(net, trainer, loss_fn, x, y, order_seed,
+                                                                  hyper.batch_size, num_workers, noise, vote=vote)
     vote.close()
     compute_s = time.monotonic() - started
-    first_step_s = None if first_step_s is None else min(first_step_s - started, compute_s)
+    warmup_s = _warmup_s(first_step_end, started, compute_s, math.ceil(samples / hyper.batch_size))
     diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
 
     validation, saved = {}, None
@@ -513,13 +513,22 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     reply = WorkerReply(rank=rank, num_workers=num_workers, samples=samples, correct=correct, compute_s=compute_s,
                         loss_sum=loss_sum if math.isfinite(loss_sum) else None, checkpoint_saved=saved,
                         diverged=diverged, stopped_early=vote.stopped, shard_samples=len(x),
-                        first_step_s=first_step_s,
+                        warmup_s=warmup_s,
                         **validation, **(noise.reply_fields() if noise and not diverged else {}))
     # the kvstore's destructor tells the servers to stop: drop every reference before leaving (a Parameter holds
     # its Trainer, which holds the kvstore)
     del trainer, net, kv, loss_fn, vote, shared_validation
     gc.collect()
     return reply.to_dict()
+
+
+def _warmup_s(first_step_end: float | None, started: float, compute_s: float, steps: int) -> float | None:
+    """The first step's time beyond the mean of the later ones (None with fewer than two steps): the cold start
+    a mini-epoch pays once, like a full epoch, so coach/policy/history.py does not scale it with the data."""
+    if first_step_end is None or steps < 2:
+        return None
+    first_s = min(max(first_step_end - started, 0.0), compute_s)
+    return max(0.0, first_s - (compute_s - first_s) / (steps - 1))
 
 
 class KvstoreJoin:
@@ -614,7 +623,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
     probe = min(trained, key=lambda p: int(np.prod(p.shape)))  # the smallest: the cheapest to poison and read
     probe_grad, probe_data = probe.list_grad()[0], probe.list_data()[0]
     order = np.random.RandomState(order_seed).permutation(len(x))
-    loss_sum, correct, samples, check, first_step_s = 0.0, 0, 0, None, None
+    loss_sum, correct, samples, check, first_step_end = 0.0, 0, 0, None, None
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         xb, yb = mx.nd.array(x[idx]), mx.nd.array(y[idx])
@@ -624,7 +633,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss.backward()
         batch_loss = loss.sum()
         if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
-            return loss_sum, correct, samples, True, first_step_s
+            return loss_sum, correct, samples, True, first_step_end
         if vote is not None and vote.stop():  # some worker's deadline is near: all leave before this step
             break
         probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
@@ -640,9 +649,9 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)
-        if first_step_s is None:
-            first_step_s = time.monotonic()
-    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), first_step_s
+        if first_step_end is None:
+            first_step_end = time.monotonic()
+    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), first_step_end
 
 
 def _finite_parameters(net) -> bool:

@@ -282,9 +282,10 @@ class WorkerReply:
     diverged: bool = False  # a non-finite loss or parameters ended training early; nothing was saved
     stopped_early: bool = False  # the deadline came first: every worker left after the same step, rank 0 saved
     shard_samples: int | None = None  # samples a whole pass over this worker's shard trains (None: not told)
-    # the first step's part of compute_s (cold kernels, first shapes): paid once per epoch, so a mini-epoch's
-    # scaling to a full epoch must not multiply it (coach/policy/history.py); None: not told
-    first_step_s: float | None = None
+    # the first step's time beyond a later step's within compute_s (cold kernels, first shapes): paid once per
+    # epoch, so a mini-epoch's scaling to a full epoch must not multiply it (coach/policy/history.py); None: not
+    # told, or fewer than two steps to tell it by
+    warmup_s: float | None = None
     # with hyper.measure_noise and 2+ workers: unbiased estimates of tr(Sigma) and |G|^2 per sample (grad_var may be
     # negative), averaged over `noise_steps` sampled steps (functions/noise_scale.py)
     grad_var: float | None = None
@@ -315,9 +316,9 @@ class WorkerReply:
         diverged = _get(data, "diverged", "", bool, optional=True) is True  # absent in replies of earlier versions
         stopped_early = _get(data, "stopped_early", "", bool, optional=True) is True
         shard_samples = _int(data, "shard_samples", "", minimum=1, optional=True)
-        first_step_s = _number(data, "first_step_s", "", optional=True)
-        if first_step_s is not None and not 0 <= first_step_s <= compute_s:
-            raise ContractError("first_step_s", f"must be within 0 .. compute_s ({compute_s}), got {first_step_s}")
+        warmup_s = _number(data, "warmup_s", "", optional=True)
+        if warmup_s is not None and not 0 <= warmup_s <= compute_s:
+            raise ContractError("warmup_s", f"must be within 0 .. compute_s ({compute_s}), got {warmup_s}")
         if shard_samples is not None and samples > shard_samples:
             raise ContractError("samples", f"must be <= shard_samples ({shard_samples}), got {samples}")
         if data.get("loss_sum", 0) is None and not diverged:
@@ -332,7 +333,7 @@ class WorkerReply:
             val_loss=_number(data, "val_loss", "", optional=True),
             val_accuracy=_number(data, "val_accuracy", "", optional=True),
             val_samples=_int(data, "val_samples", "", minimum=1, optional=True), diverged=diverged,
-            stopped_early=stopped_early, shard_samples=shard_samples, first_step_s=first_step_s,
+            stopped_early=stopped_early, shard_samples=shard_samples, warmup_s=warmup_s,
             grad_var=_number(data, "grad_var", "", optional=True),
             grad_sqr=_number(data, "grad_sqr", "", optional=True),
             noise_steps=_int(data, "noise_steps", "", minimum=0, optional=True))

@@ -159,7 +159,7 @@ RECORD_FIELDS: dict[str, Check] = {
     "calibration_step": _integer(0), "data_fraction": _number(0.0, 1.0, low_exclusive=True),
     "workers": _integer(0), "servers": _integer(0), "placement": _mapping,
     "loss": _loss, "val_loss": _loss, "accuracy": _loss, "train_accuracy": _loss, "samples": _integer(0),
-    "epoch_time_s": _number(), "compute_s": _number(), "first_step_s": _number(), "start": _time, "end": _time,
+    "epoch_time_s": _number(), "compute_s": _number(), "warmup_s": _number(), "start": _time, "end": _time,
     "cost": _number(), "cumulative_cost": _number(), "budget": _number(),
     "stop_reason": _text, "attempt": _integer(0), "checkpoint": _path, "error": _text, "will_retry": _flag,
     "decision": _mapping, "charged_s": _number(),

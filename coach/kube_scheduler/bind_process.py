@@ -5,8 +5,13 @@ http.client, measured with py-spy), as much as the rest of the scheduler's work 
 two share one core. Here the scheduler's process only hands batches of (id, namespace, name, uid, node) over a
 socket pair to a child process (`python -m coach.kube_scheduler.bind_process`, a fresh interpreter: never a
 fork of a process with threads, and never a re-import of the caller's main module as multiprocessing's spawn
-does) whose threads POST through their own `ApiClient`, built from the parent's pickled client configuration,
-and send the outcomes back in batches.
+does) whose threads POST through their own `ApiClient`, built from a pickled copy of the parent's client
+configuration, and send the outcomes back in batches.
+
+Credentials: a kubeconfig with a token gives the configuration a refresh hook (a closure, which cannot cross a
+process boundary, and which renews expiring tokens from exec plugins or OIDC). The child's copy has none; the
+parent asks its own configuration for the token every AUTH_REFRESH_S (which runs the hook) and sends the
+child the credentials whenever they changed.
 
 Leadership crosses the process boundary as one number, the monotonic time until which this replica leads (0: it
 does not): the parent sends it whenever its elector's answer changes (`leadership_changed`) and at least every
@@ -18,6 +23,7 @@ so /healthz tells Kubernetes to restart the scheduler.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import queue
@@ -38,6 +44,8 @@ from coach.kube_scheduler.rest import JsonPoster
 
 #: How often the parent re-sends its leadership to the child, at the least.
 REFRESH_S = 0.02
+#: How often the parent renews its credentials (its client's refresh hook) and passes changes on to the child.
+AUTH_REFRESH_S = 1.0
 #: How long the child lets outcomes gather before it sends them (a message per outcome cost the child a third
 #: more CPU per binding).
 ANSWER_BATCH_S = 0.005
@@ -46,7 +54,8 @@ STOP_WAIT_S = 60.0
 
 _STOP = "stop"  # parent -> child: report what is queued as not sent, finish, answer _DONE
 _DONE = "done"  # child -> parent: the last outcomes were sent
-# parent -> child, otherwise: first (configuration, threads, timeout_s), then ("leads", monotonic s) and batches
+# parent -> child, otherwise: first (configuration, threads, timeout_s), then ("leads", monotonic s),
+# ("auth", api_key dict) and batches
 
 
 class ProcessBinder:
@@ -54,7 +63,12 @@ class ProcessBinder:
 
     def __init__(self, api: client.ApiClient, leads_until_s: Callable[[], float],
                  report: Callable[[BindOutcome], None], threads: int = 4, timeout_s: float = 30.0):
-        self._start_message = (api.configuration, threads, timeout_s)
+        self._configuration = api.configuration
+        self._api_key = dict(api.configuration.api_key)  # the credentials the child has
+        child_configuration = copy.copy(api.configuration)
+        child_configuration.refresh_api_key_hook = None  # a closure: the parent refreshes and passes keys on
+        child_configuration.api_key = dict(self._api_key)
+        self._start_message = (child_configuration, threads, timeout_s)
         self._conn: Connection | None = None
         self._process: subprocess.Popen | None = None
         self._leads_until_s = leads_until_s
@@ -134,12 +148,16 @@ class ProcessBinder:
     # ---- threads of the parent ---------------------------------------------------------------------------------
 
     def _send_loop(self) -> None:
+        next_auth_s = time.monotonic() + AUTH_REFRESH_S
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._outbox or self._closing, REFRESH_S)
                 batch, self._outbox = self._outbox, []
                 closing = self._closing
             try:
+                if time.monotonic() >= next_auth_s:
+                    next_auth_s = time.monotonic() + AUTH_REFRESH_S
+                    self._pass_credentials_on()
                 self._conn.send(("leads", 0.0 if closing else self._leads_until_s()))
                 if batch:
                     self._conn.send(batch)
@@ -148,6 +166,15 @@ class ProcessBinder:
                     return
             except (OSError, ValueError):  # the child is gone: the reader reports it
                 return
+
+    def _pass_credentials_on(self) -> None:
+        configuration = self._configuration
+        if configuration.refresh_api_key_hook is not None:
+            configuration.refresh_api_key_hook(configuration)
+        keys = dict(configuration.api_key)
+        if keys != self._api_key:
+            self._api_key = keys
+            self._conn.send(("auth", keys))
 
     def _read_loop(self) -> None:
         while True:
@@ -241,6 +268,9 @@ def serve_bindings(conn: Connection) -> None:
         while (message := conn.recv()) != _STOP:
             if message[0] == "leads":
                 state["leads_until_s"] = message[1]
+                continue
+            if message[0] == "auth":
+                configuration.api_key = message[1]  # read afresh by every request's auth settings
                 continue
             for item in message:
                 work.put(item)

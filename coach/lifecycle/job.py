@@ -467,12 +467,12 @@ class JobLifecycle:
         phase = "training" if step.epoch else "calibration"
         spent = before.spent + cost
         wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)
-        first_step_s = None if metrics.first_step_s is None else min(round(metrics.first_step_s, 4), compute_s)
+        warmup_s = None if metrics.warmup_s is None else min(round(metrics.warmup_s, 4), compute_s)
         metric = stop_metric(metrics.loss, metrics.val_loss)
         self.history = replace(
             before,
             observations=before.observations + (observation(workers, servers, wall_s, compute_s, fraction,
-                                                            first_step_s),),
+                                                            warmup_s),),
             metrics=before.metrics + ((metric,) if step.epoch else ()),
             calibration_done=before.calibration_done + (0 if step.epoch else 1),
             epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
@@ -493,7 +493,7 @@ class JobLifecycle:
             compute_s=compute_s, start=iso(event.started_s), end=iso(event.now_s), cost=cost,
             cumulative_cost=spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
             checkpoint=event.checkpoint, extra={**step.extra, **partial, **batch_fields,
-                                                **({} if first_step_s is None else {"first_step_s": first_step_s})})
+                                                **({} if warmup_s is None else {"warmup_s": warmup_s})})
         self._show(phase, f"epoch {step.epoch} done" if step.epoch else
                    f"step {step.extra.get('calibration_step')}/{len(self.calibration)} done")
         out: list[cmd.Command] = [cmd.WriteRecord(record), cmd.PruneCheckpoints(event.checkpoint)]

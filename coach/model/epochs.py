@@ -16,7 +16,7 @@ class EpochMetrics:
     val_loss: float | None  # rank 0's validation loss, if the model has validation data
     accuracy: float | None  # rank 0's validation accuracy
     compute_s: float  # slowest worker's training-loop time
-    first_step_s: float | None = None  # that worker's first step within it (None: not told)
+    warmup_s: float | None = None  # that worker's warm-up within it: its first step beyond a later one (None: not told)
 
 
 class BadReplies(ValueError):
@@ -41,5 +41,5 @@ def aggregate(worker_replies: Sequence[WorkerReply], num_workers: int) -> EpochM
         val_loss=rank0.val_loss,
         accuracy=rank0.val_accuracy,
         compute_s=slowest.compute_s,
-        first_step_s=slowest.first_step_s,
+        warmup_s=slowest.warmup_s,
     )

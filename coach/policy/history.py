@@ -27,24 +27,24 @@ RECOVERED = "recovered"  # the phase of the line that starts a job again from it
 
 
 def full_epoch_time_s(epoch_time_s: float, compute_s: float | None, data_fraction: float,
-                      first_step_s: float | None = None) -> float:
+                      warmup_s: float | None = None) -> float:
     """A mini-epoch on a fraction q of the data, scaled to a full epoch.
 
-    Only the training loop's later steps scale with the data; the fixed part (rendezvous, checkpoint load and
-    save, validation) and the first step's cold start are paid once per epoch whatever q is, so they are not
-    multiplied by 1/q. (Scaling the first step too made LeNet's calibration overestimate full epochs by 8-29%.)
+    Only the training loop scales with the data, less its warm-up (the first step's time beyond a later step's:
+    cold kernels, first shapes); the fixed part (rendezvous, checkpoint load and save, validation) and the
+    warm-up are paid once per epoch whatever q is, so they are not multiplied by 1/q.
     """
     if compute_s is None or compute_s > epoch_time_s:
         return epoch_time_s / data_fraction
-    first_s = first_step_s if first_step_s is not None and 0 <= first_step_s <= compute_s else 0.0
+    first_s = warmup_s if warmup_s is not None and 0 <= warmup_s <= compute_s else 0.0
     return (epoch_time_s - compute_s) + first_s + (compute_s - first_s) / data_fraction
 
 
 def observation(workers: int, servers: int, epoch_time_s: float, compute_s: float | None,
-                data_fraction: float, first_step_s: float | None = None) -> SpeedObservation:
+                data_fraction: float, warmup_s: float | None = None) -> SpeedObservation:
     """One epoch's speed, as full epochs per second."""
     return SpeedObservation(workers, servers,
-                            1.0 / full_epoch_time_s(epoch_time_s, compute_s, data_fraction, first_step_s))
+                            1.0 / full_epoch_time_s(epoch_time_s, compute_s, data_fraction, warmup_s))
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
         if r.get("phase") not in SPEED_PHASES or not r.get("epoch_time_s") or not r.get("workers"):
             continue
         found.append(observation(int(r["workers"]), int(r["servers"]), float(r["epoch_time_s"]), r.get("compute_s"),
-                                 float(r.get("data_fraction", 1.0)), r.get("first_step_s")))
+                                 float(r.get("data_fraction", 1.0)), r.get("warmup_s")))
     return found
 
 

@@ -8,10 +8,13 @@ of the registry (threads in this process, threads of a child process) passes the
 
 from __future__ import annotations
 
+import http.server
 import math
 import os
 import queue
 import signal
+import threading
+import time
 
 import pytest
 
@@ -125,3 +128,65 @@ def test_a_binding_process_that_dies_fails_later_bindings_and_turns_unhealthy(ku
         binder.stop()
     assert (failed.result, failed.detail) == (FAILED, "the binding process ended (exit code -9)")
     assert fake.binding_attempts == []
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every POST 201 and records (path, Authorization) of each."""
+
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - the base class's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        body = b'{"kind":"Status","apiVersion":"v1","status":"Success","code":201}'
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_binding_process_gets_the_credentials_a_kubeconfigs_refresh_hook_renews():
+    """A kubeconfig with a token gives the client a refresh hook, a closure no pickle carries to the child: the
+    child starts without it and the parent passes on every change of the credentials."""
+    from kubernetes import client
+
+    from coach.kube_scheduler.objects import PodInfo
+
+    _Recorder.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = {"now": "Bearer one"}
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+    configuration.api_key = {"BearerToken": token["now"]}
+
+    def refresh(config):  # what the kubeconfig loader installs: a closure over the loader
+        config.api_key["BearerToken"] = token["now"]
+
+    configuration.refresh_api_key_hook = refresh
+    api = client.ApiClient(configuration)
+    got: queue.SimpleQueue = queue.SimpleQueue()
+    binder = BINDERS["process"](api, lambda: math.inf, got.put, threads=1).start()
+    try:
+        def bind(index: int):
+            binder.bind(PodInfo("ns", f"p{index}", f"uid{index}", None, None, None, None, False, False, "1"), "n1")
+            return got.get(timeout=20)
+
+        assert bind(0).result == BOUND
+        token["now"] = "Bearer two"
+        index = 1
+        while _Recorder.seen[-1][1] != "Bearer two" and index < 60:
+            time.sleep(0.2)
+            assert bind(index).result == BOUND
+            index += 1
+    finally:
+        binder.stop()
+        server.shutdown()
+        server.server_close()
+        api.close()
+    assert _Recorder.seen[0] == ("/api/v1/namespaces/ns/pods/p0/binding", "Bearer one")
+    assert _Recorder.seen[-1][1] == "Bearer two"

@@ -95,7 +95,7 @@ def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
     assert reply.to_dict() == {
         "schema": SCHEMA, "rank": 0, "num_workers": 1, "loss_sum": 50.0, "samples": 200, "correct": 150,
         "compute_s": 1.0, "checkpoint_saved": "c", "val_loss": 0.3, "val_accuracy": 0.9, "val_samples": 100,
-        "diverged": False, "stopped_early": False, "shard_samples": None, "first_step_s": None, "loss": 0.25,
+        "diverged": False, "stopped_early": False, "shard_samples": None, "warmup_s": None, "loss": 0.25,
         "accuracy": 0.75,
     }
 
@@ -109,7 +109,7 @@ def test_a_diverged_worker_reply_is_standard_json_with_a_null_loss():
     assert json.loads(text) == {
         "schema": SCHEMA, "rank": 1, "num_workers": 2, "loss_sum": None, "samples": 64, "correct": 5,
         "compute_s": 0.1, "checkpoint_saved": None, "val_loss": None, "val_accuracy": None, "val_samples": None,
-        "diverged": True, "stopped_early": False, "shard_samples": None, "first_step_s": None, "loss": None,
+        "diverged": True, "stopped_early": False, "shard_samples": None, "warmup_s": None, "loss": None,
         "accuracy": 5 / 64,
     }
 
@@ -490,9 +490,9 @@ def test_a_worker_reply_carries_its_first_steps_time_within_its_training_loop():
 
     base = {"schema": 1, "rank": 0, "num_workers": 1, "loss_sum": 1.0, "samples": 10, "correct": 5,
             "compute_s": 2.0, "checkpoint_saved": "/tmp/c"}
-    assert WorkerReply.from_dict({**base, "first_step_s": 0.25}).first_step_s == 0.25
-    assert WorkerReply.from_dict(base).first_step_s is None  # replies of earlier versions
-    assert WorkerReply.from_dict(WorkerReply.from_dict({**base, "first_step_s": 0.25}).to_dict()).first_step_s == 0.25
+    assert WorkerReply.from_dict({**base, "warmup_s": 0.25}).warmup_s == 0.25
+    assert WorkerReply.from_dict(base).warmup_s is None  # replies of earlier versions
+    assert WorkerReply.from_dict(WorkerReply.from_dict({**base, "warmup_s": 0.25}).to_dict()).warmup_s == 0.25
     for wrong in (-0.1, 2.5):
-        with pytest.raises(ContractError, match="first_step_s"):
-            WorkerReply.from_dict({**base, "first_step_s": wrong})
+        with pytest.raises(ContractError, match="warmup_s"):
+            WorkerReply.from_dict({**base, "warmup_s": wrong})

@@ -56,13 +56,13 @@ def test_a_mini_epoch_scales_only_its_training_loop_to_a_full_epoch():
     assert full_epoch_time_s(3.0, 2.0, 1.0) == 3.0
 
 
-def test_the_first_steps_cold_start_is_paid_once_not_scaled_with_the_data():
-    # 0.4 s fixed + a 0.2 s first step + 0.4 s of later steps on a quarter of the data: 0.4 + 0.2 + 4 x 0.4
-    assert full_epoch_time_s(1.0, 0.6, 0.25, first_step_s=0.2) == pytest.approx(0.4 + 0.2 + 1.6)
-    assert full_epoch_time_s(1.0, 0.6, 0.25, first_step_s=None) == pytest.approx(0.4 + 2.4)  # not told
-    assert full_epoch_time_s(1.0, 0.6, 0.25, first_step_s=0.9) == pytest.approx(0.4 + 2.4)  # impossible: ignored
+def test_the_warm_up_is_paid_once_not_scaled_with_the_data():
+    # 0.4 s fixed + 0.2 s of warm-up + 0.4 s of steps on a quarter of the data: 0.4 + 0.2 + 4 x 0.4
+    assert full_epoch_time_s(1.0, 0.6, 0.25, warmup_s=0.2) == pytest.approx(0.4 + 0.2 + 1.6)
+    assert full_epoch_time_s(1.0, 0.6, 0.25, warmup_s=None) == pytest.approx(0.4 + 2.4)  # not told
+    assert full_epoch_time_s(1.0, 0.6, 0.25, warmup_s=0.9) == pytest.approx(0.4 + 2.4)  # impossible: ignored
     line = {"phase": "calibration", "workers": 2, "servers": 1, "epoch_time_s": 1.0, "compute_s": 0.6,
-            "data_fraction": 0.25, "first_step_s": 0.2, "cost": 0.01, "loss": 1.0}
+            "data_fraction": 0.25, "warmup_s": 0.2, "cost": 0.01, "loss": 1.0}
     assert observations([line])[0].epochs_per_s == pytest.approx(1 / 2.2)
 
 
