@@ -486,7 +486,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
         start, end = slice_bounds(len(data["X_val"]), rank, num_workers)
         validation_steps = (math.ceil((end - start) / batch_size_for_validation(hyper.batch_size))
                             * VALIDATION_BATCH_STEPS)
-        shared_validation = SharedValidation(kv)
+        shared_validation = SharedValidation(kv, net)
     vote = StopVote(kv, entered_s + training_stop_s(request.deadline_s, setup_s=time.monotonic() - entered_s),
                     validation_steps)
 

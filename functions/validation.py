@@ -13,6 +13,11 @@ not two per batch), pushes (loss sum, correct, samples) and pulls the sum of eve
 then knows the whole set's figures; rank 0 decides on them before it saves, exactly as when it validated alone.
 The sums are float32 on the server: a relative error of about 1e-7 on the loss.
 
+The figures must describe the model rank 0 saves. The trained parameters are the same on every worker after the
+last step (dist_sync), but state that no gradient updates is not: BatchNorm's running mean and variance follow
+each worker's own shard. So before validating, every worker takes rank 0's copy of that state (rank 0 pushes
+it, the others push zeros, every worker pulls the sum into its own arrays) on keys initialised with the rest.
+
 Side effects: kvstore traffic on VALIDATION_KEY.
 """
 
@@ -39,11 +44,17 @@ def slice_bounds(num_samples: int, rank: int, num_workers: int) -> tuple[int, in
 class SharedValidation:
     """One epoch's shared validation over the kvstore `kv`; every worker must create one, at the same point."""
 
-    def __init__(self, kv):
+    def __init__(self, kv, net):
         import mxnet as mx
 
         self._kv = kv
-        kv.init(VALIDATION_KEY, mx.nd.zeros((3,)))  # rank 0 initialises it; every worker waits at init's barrier
+        # rank 0's running statistics and other state no gradient updates (shapes are known: after the shape pass)
+        self._state = [array for param in net.collect_params().values() if param.grad_req == "null"
+                       for array in param.list_data()]
+        keys = [VALIDATION_KEY] + [VALIDATION_KEY + 1 + i for i in range(len(self._state))]
+        # rank 0 initialises them; every worker waits at init's barrier
+        kv.init(keys, [mx.nd.zeros((3,))] + [mx.nd.zeros(a.shape, dtype=a.dtype) for a in self._state])
+        self._state_keys = keys[1:]
         self._total = mx.nd.zeros((3,))
 
     def run(self, net, loss_fn, x_val, y_val, batch_size: int) -> dict:
@@ -51,6 +62,10 @@ class SharedValidation:
         worker's slice and every other's."""
         import mxnet as mx
 
+        if self._state:  # rank 0's copy for everyone: the pulls land in the arrays the forward passes read
+            mine = self._state if self._kv.rank == 0 else [mx.nd.zeros(a.shape, dtype=a.dtype) for a in self._state]
+            self._kv.push(self._state_keys, mine)
+            self._kv.pull(self._state_keys, out=self._state)
         start, end = slice_bounds(len(x_val), self._kv.rank, self._kv.num_workers)
         step = batch_size_for_validation(batch_size)
         loss_sum, correct = mx.nd.zeros((1,)), mx.nd.zeros((1,))

@@ -199,8 +199,9 @@ def test_the_hosts_still_train_after_those_failures(epochs, tmp_path):
 
 # last in the module: an epoch more before the others would move their flagged sample within the shuffled order
 def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epochs, tmp_path):
-    """Each worker validates its own slice (functions/validation.py); rank 0 replies the whole set's loss and
-    accuracy, the ones this process computes alone from the checkpoint rank 0 saved after validating."""
+    """Each worker validates its own slice (functions/validation.py) with rank 0's parameters and running
+    statistics; rank 0 replies the whole set's loss and accuracy, the ones this process computes alone from the
+    checkpoint rank 0 saved after validating."""
     import importlib.util
 
     import mxnet as mx
@@ -208,7 +209,13 @@ def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epoch
 
     from functions.checkpoints import load_parameters
 
-    path = model_file(tmp_path, TINY.replace("x[192:], y[192:]", "x[191:], y[191:]"))  # 65: slices of 32 and 33
+    # 65 samples: slices of 32 and 33; a BatchNorm layer: running statistics differ between the workers, and the
+    # figures must be those of rank 0's, which it saves
+    body = TINY.replace("x[192:], y[192:]", "x[191:], y[191:]").replace(
+        'net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))',
+        'net.add(gluon.nn.Dense(16), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"), gluon.nn.Dense(10))')
+    assert "BatchNorm" in body
+    path = model_file(tmp_path, body)
     results = epochs.run(path)
 
     assert all(isinstance(r, Reply) for r in results.values()), results
