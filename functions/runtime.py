@@ -51,7 +51,7 @@ from coach.domain.deadlines import training_stop_s
 from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
 from functions.noise_scale import NoiseProbe
-from functions.validation import SharedValidation, batch_size_for_validation, slice_bounds
+from functions.validation import SharedValidation
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -483,10 +483,8 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     validation_steps = 0.0  # every worker validates its slice after the loop: room for it, in step-times
     shared_validation = None
     if "X_val" in data:
-        start, end = slice_bounds(len(data["X_val"]), rank, num_workers)
-        validation_steps = (math.ceil((end - start) / batch_size_for_validation(hyper.batch_size))
-                            * VALIDATION_BATCH_STEPS)
-        shared_validation = SharedValidation(kv, net)
+        shared_validation = SharedValidation(kv, net, len(data["X_val"]), hyper.batch_size)
+        validation_steps = shared_validation.batches * VALIDATION_BATCH_STEPS
     vote = StopVote(kv, entered_s + training_stop_s(request.deadline_s, setup_s=time.monotonic() - entered_s),
                     validation_steps)
 
@@ -503,7 +501,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     validation, saved = {}, None
     if not diverged and samples:  # every worker or none (they agree); stopped before its first step: nothing new
         if shared_validation is not None:
-            validation = shared_validation.run(net, loss_fn, data["X_val"], data["y_val"], hyper.batch_size)
+            validation = shared_validation.run(net, loss_fn, data["X_val"], data["y_val"])
             diverged = not math.isfinite(validation["val_loss"])
         if diverged or rank != 0:  # rank 0 replies the validation; not finite: no checkpoint, and no NaN in the reply
             validation = {}

@@ -5,9 +5,10 @@ waited for it at the kvstore's teardown barrier; with LeNet that was the largest
 after the ps-lite rendezvous (benchmarks/README.md, "Where Coach's per-epoch overhead goes"). Split W ways it
 costs about 1/W of that on every worker at once.
 
-The protocol, the same on every worker and at the same points: `SharedValidation(kv)` before the training loop
-(its kvstore key is initialised behind init's barrier then, not after the loop), then `run(...)` after it by
-every worker or by none (they agree: they stop at the same step and share the parameters, hence divergence).
+The protocol, the same on every worker and at the same points: `SharedValidation(kv, net, ...)` before the
+training loop (its kvstore keys are initialised behind init's barrier then, not after the loop), then `run(...)`
+after it by every worker or by none (they agree: they stop at the same step and share the parameters, hence
+divergence).
 Each worker sums the loss and the correct answers of its contiguous slice on the engine (one read at the end,
 not two per batch), pushes (loss sum, correct, samples) and pulls the sum of every worker's push. Every worker
 then knows the whole set's figures; rank 0 decides on them before it saves, exactly as when it validated alone.
@@ -44,10 +45,12 @@ def slice_bounds(num_samples: int, rank: int, num_workers: int) -> tuple[int, in
 class SharedValidation:
     """One epoch's shared validation over the kvstore `kv`; every worker must create one, at the same point."""
 
-    def __init__(self, kv, net):
+    def __init__(self, kv, net, num_samples: int, batch_size: int):
         import mxnet as mx
 
         self._kv = kv
+        self._start, self._end = slice_bounds(num_samples, kv.rank, kv.num_workers)  # this worker's slice
+        self._step = batch_size_for_validation(batch_size)
         # rank 0's running statistics and other state no gradient updates (shapes are known: after the shape pass)
         self._state = [array for param in net.collect_params().values() if param.grad_req == "null"
                        for array in param.list_data()]
@@ -57,7 +60,12 @@ class SharedValidation:
         self._state_keys = keys[1:]
         self._total = mx.nd.zeros((3,))
 
-    def run(self, net, loss_fn, x_val, y_val, batch_size: int) -> dict:
+    @property
+    def batches(self) -> int:
+        """Forward passes this worker's slice takes (what the deadline keeps room for)."""
+        return math.ceil((self._end - self._start) / self._step)
+
+    def run(self, net, loss_fn, x_val, y_val) -> dict:
         """The whole validation set's loss and accuracy (WorkerReply's val_* keyword arguments), from this
         worker's slice and every other's."""
         import mxnet as mx
@@ -66,8 +74,7 @@ class SharedValidation:
             mine = self._state if self._kv.rank == 0 else [mx.nd.zeros(a.shape, dtype=a.dtype) for a in self._state]
             self._kv.push(self._state_keys, mine)
             self._kv.pull(self._state_keys, out=self._state)
-        start, end = slice_bounds(len(x_val), self._kv.rank, self._kv.num_workers)
-        step = batch_size_for_validation(batch_size)
+        start, end, step = self._start, self._end, self._step
         loss_sum, correct = mx.nd.zeros((1,)), mx.nd.zeros((1,))
         for first in range(start, end, step):
             last = min(first + step, end)
