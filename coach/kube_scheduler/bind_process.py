@@ -17,8 +17,8 @@ Leadership crosses the process boundary as one number, the monotonic time until 
 does not): the parent looks at it whenever its elector's answer changes (`leadership_changed`) and at least every
 REFRESH_S, and sends it when it differs from what the child has; the child checks the latest right before each
 POST, as `Binder` does. CLOCK_MONOTONIC is one clock for every process of the machine. The child ignores
-SIGINT (the parent stops it) and ends when its socket closes. If it dies, every binding it held and every later one is reported FAILED and `healthy()` turns false,
-so /healthz tells Kubernetes to restart the scheduler.
+SIGINT (the parent stops it) and ends when its socket closes. If it dies, every binding it held and every later
+one is reported FAILED and `healthy()` turns false, so /healthz tells Kubernetes to restart the scheduler.
 """
 
 from __future__ import annotations
