@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-k8s test venv kubectl clean
+.PHONY: demo demo-k8s test venv kubectl chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: venv
 demo-k8s: venv
 	$(BIN)/python -m coach.fakes.stack jobs/lenet-mnist.yaml
 
-test: venv kubectl
+test: venv kubectl chromium
 	$(BIN)/python -m pytest
 
 # tests/integration/test_kubectl.py runs kubectl against the fake apiserver: Debian's kubernetes-client (kubectl
@@ -32,6 +32,14 @@ kubectl:
 	  if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; \
 	  else echo "error: kubectl is missing and installing it needs root or sudo"; exit 1; fi; \
 	  $$sudo apt-get update && $$sudo apt-get install -y kubernetes-client; }
+
+# tests/integration/test_serve.py drives `coach serve`'s page in Debian's Chromium through Playwright (no browser
+# download: Playwright launches /usr/bin/chromium).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; \
+	  else echo "error: chromium is missing and installing it needs root or sudo"; exit 1; fi; \
+	  $$sudo apt-get update && $$sudo apt-get install -y chromium; }
 
 clean:
 	rm -rf $(VENV) results/*/

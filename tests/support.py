@@ -1,9 +1,10 @@
 """Helpers the test folders share: waiting on a condition with a deadline, stopping a child process, a client of
-the official `kubernetes` package for a kubeconfig."""
+the official `kubernetes` package for a kubeconfig, a simulated platform that writes real checkpoint files."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -11,6 +12,7 @@ from typing import Callable
 from kubernetes import client
 
 from coach.placement.kube_connect import connect
+from coach.platforms.simulated import SimulatedPlatform
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:
@@ -56,3 +58,35 @@ def pollux_data() -> Path:
     if origin and Path(origin).is_dir():  # a clone of a repository on this machine
         candidates.append(Path(origin).resolve().parent / "shared" / "data" / "pollux")
     return next((path for path in candidates if path.is_dir()), candidates[0])
+
+
+class FileMarks:
+    """Rank 0 of a simulated epoch 'saves' its checkpoint: both files, as a real worker renames them in."""
+
+    def mark_saved(self, prefix: str) -> None:
+        for suffix in (".params", ".states"):
+            Path(prefix + suffix).write_bytes(b"weights")
+
+
+class Scripted(SimulatedPlatform):
+    """A simulated platform that can stop the run at a step, or have its workers diverge at a step."""
+
+    def __init__(self, stop: threading.Event | None = None, stop_at_step: int | None = None,
+                 nan_at_step: int | None = None, **kwargs):
+        super().__init__(FileMarks(), **kwargs)
+        self.stop, self.stop_at_step, self.nan_at_step = stop, stop_at_step, nan_at_step
+
+    def invoke(self, ref, request, timeout_s):
+        reply = super().invoke(ref, request, timeout_s)
+        step = getattr(request, "step", None)
+        if step is not None and step == self.stop_at_step and self.stop is not None:
+            self.stop.set()  # Ctrl-C while this step runs: it still completes and is recorded
+        if step is not None and step == self.nan_at_step and isinstance(getattr(reply, "body", None), dict) \
+                and "loss_sum" in reply.body:
+            # what a worker that saw a non-finite loss answers: no loss (JSON has no NaN), nothing saved
+            reply.body.update(diverged=True, loss_sum=None, loss=None, checkpoint_saved=None)
+        return reply
+
+
+def factory(platform):
+    return lambda logs, token: platform

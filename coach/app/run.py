@@ -17,10 +17,11 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from coach.app.compose import PLACEMENT_OF, PLACEMENTS, PLATFORMS, Site, checkpoint_store
 from coach.domain.cluster import ClusterSpec
@@ -30,11 +31,11 @@ from coach.drivers.core import Ports
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import LiveDriver
 from coach.lifecycle import events as ev
-from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, JobLifecycle
+from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, USER_STOP, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
 from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
-from coach.ports import CheckpointStore, Platform
+from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
 from coach.files.runs import RunInputError, checked_records
 from coach.storage.results import (ResultLog, drop_torn_tail, new_run_id,
@@ -70,12 +71,21 @@ def store_url(config: RunConfig, run_dir: Path) -> str:
     return config.checkpoints or (run_dir / "checkpoints").as_uri()
 
 
+def manifest_dict(run_id: str, started_s: float, cluster: ClusterSpec, config: RunConfig,
+                  specs: Sequence[JobSpec]) -> dict:
+    """run.json: what a resume composes the run from again."""
+    return {"schema": MANIFEST_SCHEMA, "run_id": run_id, "command": sys.argv, "started": iso(started_s),
+            "scheduler": config.scheduler, "policy": config.policy, "placement_timeout_s": config.placement_timeout_s,
+            "platform": config.platform, "placement": config.placement, "checkpoints": config.checkpoints,
+            "site": config.site.to_dict(), "cluster": cluster.to_dict(), "jobs": [spec.to_dict() for spec in specs]}
+
+
 def exit_code_for(reasons: Sequence[str | None]) -> int:
-    """130 when a job was interrupted; else 0 when every job ended normally, 1 otherwise (failed, unschedulable,
-    diverged)."""
+    """130 when a job was interrupted; else 0 when every job ended normally or by its user's stop, 1 otherwise
+    (failed, unschedulable, diverged)."""
     if any(r == INTERRUPTED for r in reasons):
         return 130
-    return 0 if all(r in NORMAL_ENDINGS for r in reasons) else 1
+    return 0 if all(r in NORMAL_ENDINGS or r == USER_STOP for r in reasons) else 1
 
 
 def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path, view: str = "plain",
@@ -95,12 +105,7 @@ def run_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, results_root: Path,
     run_dir = (results_root / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=False)
     started_s = time.time()
-    write_json_atomic(run_dir / "run.json", {
-        "schema": MANIFEST_SCHEMA, "run_id": run_id, "command": sys.argv, "started": iso(started_s),
-        "scheduler": scheduler, "policy": policy, "placement_timeout_s": placement_timeout_s,
-        "platform": config.platform, "placement": config.placement, "checkpoints": config.checkpoints,
-        "site": site.to_dict(), "cluster": cluster.to_dict(),
-        "jobs": [spec.to_dict() for spec in specs]})
+    write_json_atomic(run_dir / "run.json", manifest_dict(run_id, started_s, cluster, config, specs))
     outcomes = {spec.name: JobOutcome(submitted_s=started_s, budget=spec.budget) for spec in specs}
     return _execute(run_id, run_dir, started_s, cluster, config, view,
                     [(spec, None) for spec in specs], outcomes, platform_factory, stop_event,
@@ -116,15 +121,38 @@ def resume_run(run_dir: Path, view: str = "plain",
     """Continue every unfinished job of a run (killed, or interrupted) from its last log line and checkpoint.
 
     Finished jobs are left untouched; the others append to their own logs, with epochs numbered on from the
-    last one logged and the cumulative cost carried on. Runs written before manifests had a schema resume too.
+    last one logged and the cumulative cost carried on (see `load_run`).
+    """
+    run = load_run(run_dir)
+    return _execute(run.run_id, run.run_dir, run.started_s, run.cluster, run.config, view, run.pending,
+                    run.outcomes, platform_factory)
 
-    A log that holds no finished step (emptied, cut before its first complete record, or only failed attempts)
-    goes on from the newest complete checkpoint in the run's store (the manifest's `checkpoints` URL, else the run
-    folder's `checkpoints/<job>/`) instead of from scratch: its tag names
-    the step (`epoch-0003`: as if epoch 3 was the last one done; `calibration-k`: no epoch done). Such a log's
-    cost so far, with or without a checkpoint, is the larger of what its last line and summary.json last said
-    (0 when neither knows; the cost of lost lines that neither recorded is not counted). A job whose log is
-    empty but whose summary says it finished is left as the summary says.
+
+@dataclass
+class LoadedRun:
+    """A run folder read back: what `coach run --resume` and a restarted `coach serve` go on from."""
+
+    run_id: str
+    run_dir: Path  # absolute
+    manifest: dict  # run.json as it is
+    cluster: ClusterSpec
+    config: RunConfig
+    specs: list[JobSpec]  # every job of the manifest, in submission order
+    outcomes: dict[str, JobOutcome]  # every job's outcome so far
+    pending: list[tuple[JobSpec, History]]  # the unfinished jobs, with the history their logs and checkpoints have
+    started_s: float
+
+
+def load_run(run_dir: Path) -> LoadedRun:
+    """Read a run folder back; raise ResumeError (one `PATH: FIELD: what is wrong` line) when it cannot go on.
+
+    Runs written before manifests had a schema load too. A log that holds no finished step (emptied, cut before
+    its first complete record, or only failed attempts) goes on from the newest complete checkpoint in the run's
+    store (the manifest's `checkpoints` URL, else the run folder's `checkpoints/<job>/`) instead of from scratch:
+    its tag names the step (`epoch-0003`: as if epoch 3 was the last one done; `calibration-k`: no epoch done).
+    Such a log's cost so far, with or without a checkpoint, is the larger of what its last line and summary.json
+    last said (0 when neither knows; the cost of lost lines that neither recorded is not counted). A job whose
+    log is empty but whose summary says it finished is left as the summary says.
     """
     run_dir = run_dir.resolve()
     try:
@@ -179,8 +207,8 @@ def resume_run(run_dir: Path, view: str = "plain",
         if history.checkpoint and not store.complete(history.checkpoint):
             raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
         pending.append((spec, history))
-    run_id = manifest.get("run_id", run_dir.name)
-    return _execute(run_id, run_dir, started_s, cluster, config, view, pending, outcomes, platform_factory)
+    return LoadedRun(manifest.get("run_id", run_dir.name), run_dir, manifest, cluster, config, specs, outcomes,
+                     pending, started_s)
 
 
 def _timestamp(text: str | None) -> float | None:
@@ -220,18 +248,57 @@ def _summary_says_finished(outcome: JobOutcome, before: dict) -> bool:
     return True
 
 
-def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,
-             jobs: Sequence[tuple[JobSpec, History | None]], outcomes: dict[str, JobOutcome],
-             platform_factory, stop_event: threading.Event | None = None,
-             first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> RunReport:
-    """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
+@contextmanager
+def live_ports(run_dir: Path, cluster: ClusterSpec, config: RunConfig, platform_factory, view: View,
+               sinks: dict[str, ResultLog]) -> Iterator[Ports]:
+    """The ports a run's configuration composes (the platform from `platform_factory` when given), closed after:
+    the platform first, so that what is in flight fails at once, then the placement and every log in `sinks`."""
     token = secrets.token_hex(16)
     if platform_factory is None:
         platform = PLATFORMS[config.platform](run_dir / "logs", token, config.site)
     else:
         platform = platform_factory(run_dir / "logs", token)
+    try:
+        placement = PLACEMENTS[config.placement](cluster, config.scheduler, platform, config.site)
+    except BaseException:
+        platform.close()
+        raise
+    try:
+        yield Ports(placement=placement, platform=platform, store=checkpoint_store(store_url(config, run_dir)),
+                    sinks=sinks, view=view)
+    finally:
+        platform.close()
+        placement.close()
+        for sink in sinks.values():
+            sink.close()
+
+
+def new_lifecycle(spec: JobSpec, run_id: str, cluster: ClusterSpec, config: RunConfig,
+                  first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> JobLifecycle:
+    return JobLifecycle(spec, run_id, cluster, POLICIES[config.policy].calibration(spec), config.placement_timeout_s,
+                        first_requeue_backoff_s)
+
+
+def first_event(history: History | None, now_s: float) -> ev.Event:
+    """A new job starts; one with a history (its log, its checkpoints) resumes."""
+    return ev.Start(now_s) if history is None else ev.Resume(now_s, history)
+
+
+def cluster_view(cluster: ClusterSpec) -> ClusterView:
+    return ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
+
+
+def summary_extra(cluster: ClusterSpec, config: RunConfig) -> dict:
+    return {"cluster": cluster.name, "scheduler": config.scheduler, "policy": config.policy}
+
+
+def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec, config: RunConfig, view: str,
+             jobs: Sequence[tuple[JobSpec, History | None]], outcomes: dict[str, JobOutcome],
+             platform_factory, stop_event: threading.Event | None = None,
+             first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> RunReport:
+    """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
     policy = POLICIES[config.policy]
-    extra = {"cluster": cluster.name, "scheduler": config.scheduler, "policy": config.policy}
+    extra = summary_extra(cluster, config)
     sinks = {spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec, _ in jobs}
 
     def write_summary() -> dict:
@@ -244,31 +311,26 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
         write_summary()
 
     with VIEWS[view](run_id) as shown:
-        placement = PLACEMENTS[config.placement](cluster, config.scheduler, platform, config.site)
-        ports = Ports(placement=placement, platform=platform,
-                      store=checkpoint_store(store_url(config, run_dir)), sinks=sinks, view=shown)
-        lifecycles = [JobLifecycle(spec, run_id, cluster, policy.calibration(spec), config.placement_timeout_s,
-                                   first_requeue_backoff_s) for spec, _ in jobs]
-        view_of_cluster = ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
         stop = stop_event or threading.Event()
-        driver = LiveDriver(lifecycles, policy, view_of_cluster, ports, ThreadFanOut(), finished, stop_event=stop)
-        first = [(spec.name, ev.Start(time.time()) if history is None else ev.Resume(time.time(), history))
-                 for spec, history in jobs]
-
-        def interrupt(signum, frame):
-            stop.set()
-
         # signals reach only the main thread; a run started from another thread is stopped by its caller
         in_main = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)} if in_main else {}
+        previous = {}
         try:
-            write_summary()
-            driver.run(first)
+            with live_ports(run_dir, cluster, config, platform_factory, shown, sinks) as ports:
+                lifecycles = [new_lifecycle(spec, run_id, cluster, config, first_requeue_backoff_s)
+                              for spec, _ in jobs]
+                driver = LiveDriver(lifecycles, policy, cluster_view(cluster), ports, ThreadFanOut(), finished,
+                                    stop_event=stop)
+                first = [(spec.name, first_event(history, time.time())) for spec, history in jobs]
+
+                def interrupt(signum, frame):
+                    stop.set()
+
+                if in_main:
+                    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+                write_summary()
+                driver.run(first)
         finally:
-            platform.close()
-            placement.close()
-            for sink in sinks.values():
-                sink.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         summary = write_summary()

@@ -146,6 +146,23 @@ class Driver:
         self._placement_changed = True
         self.settle()
 
+    def add(self, lc: JobLifecycle, first: ev.Event) -> None:
+        """A job that arrives while the others run (a server's submission): last in submission order."""
+        name = lc.spec.name
+        if name in self.jobs:
+            raise ValueError(f"job {name!r} is in this run already")
+        self.jobs[name] = lc
+        self._index[name] = len(self.order)
+        self.order.append(name)
+        self._views[name] = JobView(lc.spec, lc.history, lc.held_slots, False)
+        self.ports.placement.register([name])
+        self.deliver(name, first)
+
+    def stop(self, job: str, reason: str) -> None:
+        """Stop one job with `reason`; an epoch or deploy in flight ends first, so its line is kept."""
+        if not self.jobs[job].done:
+            self.deliver(job, ev.StopRequested(self.now_s(), reason))
+
     def stop_all(self) -> None:
         for job in self.order:
             if not self.jobs[job].done:

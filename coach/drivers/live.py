@@ -3,7 +3,9 @@
 One loop thread delivers every event and carries every command out, so lifecycles, the policy and the
 placement are only ever touched from it; deploys, epochs and removals run on a thread pool and come back as
 events. A stop (Ctrl-C, SIGTERM, `stop_event`) closes the platform, so in-flight epochs fail at once and every
-job records `interrupted`. Side effects: through the ports; threads.
+job records `interrupted`. Other threads reach the loop only through `call_soon` (a server adds and stops jobs so).
+`OpenDriver` keeps running when every job is done, until its stop event: a server's run, to which jobs arrive.
+Side effects: through the ports; threads.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from coach.drivers.core import Driver, Work
 from coach.lifecycle import events as ev
@@ -30,16 +32,27 @@ class WallClock:
 
 
 class LiveDriver(Driver):
-    def __init__(self, *args, stop_event: threading.Event | None = None, **kwargs):
+    def __init__(self, *args, stop_event: threading.Event | None = None, threads: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.stop_event = stop_event or threading.Event()
         self.clock = WallClock()
-        self._done: queue.SimpleQueue[tuple[Work, Future]] = queue.SimpleQueue()
+        # finished work (Work, its future), or a call another thread asked for (None, (callable, its future))
+        self._done: queue.SimpleQueue[tuple[Work | None, Future | tuple]] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, str]] = []
         self._timer_at: dict[str, float] = {}
         self._seq = itertools.count()
         self._inflight = 0
-        self._pool = ThreadPoolExecutor(max(4, 3 * len(self.jobs)), thread_name_prefix="coach-work")
+        self._pool = ThreadPoolExecutor(threads or max(4, 3 * len(self.jobs)), thread_name_prefix="coach-work")
+
+    def call_soon(self, call: Callable[[], object]) -> Future:
+        """Run `call` on the loop thread, from any thread; its future holds what it returned or raised."""
+        future: Future = Future()
+        self._done.put((None, (call, future)))
+        return future
+
+    def may_end(self) -> bool:
+        """True when the loop may return: every job done and no work in flight."""
+        return self.finished and self._inflight == 0
 
     def start_work(self, work: Work) -> None:
         self._inflight += 1
@@ -57,7 +70,7 @@ class LiveDriver(Driver):
                 self.deliver(job, event)
             stopping = False
             next_poll_s = time.monotonic() + POLL_S
-            while not (self.finished and self._inflight == 0):
+            while not self.may_end():
                 if self.stop_event.is_set() and not stopping:
                     stopping = True
                     self.ports.platform.close()  # in-flight epochs fail at once
@@ -69,6 +82,17 @@ class LiveDriver(Driver):
                     self.poll_waiting()
         finally:
             self._pool.shutdown(wait=True)
+            self._refuse_calls()
+
+    def _refuse_calls(self) -> None:
+        """Calls that came too late for the loop fail, so that no caller waits for ever."""
+        while True:
+            try:
+                work, item = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if work is None and item[1].set_running_or_notify_cancel():
+                item[1].set_exception(RuntimeError("the run has stopped"))
 
     def _until_next_timer_s(self) -> float:
         return max(self._timers[0][0] - self.now_s(), 0.0) if self._timers else POLL_S
@@ -77,6 +101,9 @@ class LiveDriver(Driver):
         try:
             work, future = self._done.get(timeout=max(timeout_s, 0.001))
         except queue.Empty:
+            return
+        if work is None:
+            self._answer(*future)
             return
         self._inflight -= 1
         try:
@@ -96,3 +123,20 @@ class LiveDriver(Driver):
             if self._timer_at.get(job) == at_s:
                 del self._timer_at[job]
                 self.timer(job)
+
+    def _answer(self, call: Callable[[], object], future: Future) -> None:
+        """Another thread's call, on the loop thread; a failing one fails its caller, never the run."""
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call())
+        except Exception as error:
+            future.set_exception(error)
+
+
+class OpenDriver(LiveDriver):
+    """A live driver that waits for more jobs when every job is done; it returns once its stop event is set
+    and the jobs it stopped have ended."""
+
+    def may_end(self) -> bool:
+        return self.stop_event.is_set() and super().may_end()

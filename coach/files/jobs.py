@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -272,7 +272,12 @@ def _read_mapping(path: Path, problems: _Problems) -> tuple[Any, set[str]]:
     except OSError as exc:
         problems.add(FILE_FIELD, f"cannot read file: {exc.strerror or exc}")
         return None, set()
+    return parse_job_text(text, problems)
 
+
+def parse_job_text(text: str, problems: _Problems) -> tuple[Any, set[str]]:
+    """A job document's top-level value (None when it is not one) and its duplicated top-level keys; YAML, so
+    JSON too. Its problems go to `problems`."""
     loader = None
     try:
         loader = _Loader(text)  # the reader refuses control characters already here
@@ -580,6 +585,27 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         max_retries=merged["max_retries"],
     )
     return JobCheck((), spec=spec, name=name)
+
+
+def check_job_text(text: str, shown: str, folder: str | Path,
+                   vet: Callable[[Mapping], tuple[Mapping | None, Sequence[tuple[str, str]]]] = lambda data: (data, ())
+                   ) -> JobCheck:
+    """Validate a job document given as text (a server's request body) exactly as a job file's; `shown` starts
+    every problem line. `vet` may rewrite the parsed mapping or refuse it: (None, [(field, why)...])."""
+    problems = _Problems(shown)
+    data, duplicated = parse_job_text(text, problems)
+    if data is None:
+        return JobCheck(tuple(problems.lines))
+    if isinstance(data, Mapping):
+        data, refused = vet(data)
+        for key, message in refused:
+            problems.add(key, message)
+        if data is None:
+            return JobCheck(tuple(problems.lines))
+    checked = check_job(data, shown, folder, source=Path(folder) / shown, duplicated=duplicated)
+    if problems.lines:
+        return JobCheck(tuple(problems.lines) + checked.lines, name=checked.name)
+    return checked
 
 
 def _load_one(path: str | Path) -> JobCheck:

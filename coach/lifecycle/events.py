@@ -83,9 +83,10 @@ class TimerFired:
 
 @dataclass(frozen=True)
 class StopRequested:
-    """Ctrl-C, SIGTERM, or a user's stop."""
+    """Ctrl-C or SIGTERM (the whole run: `interrupted`, resumable), or a user's stop of one job (final)."""
 
     now_s: float
+    reason: str = "interrupted"  # coach.policy.history.INTERRUPTED, or coach.lifecycle.job.USER_STOP
 
 
 Event = Start | Resume | Decided | Bindings | Deployed | EpochDone | EpochFailed | TimerFired | StopRequested

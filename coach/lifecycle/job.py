@@ -64,6 +64,7 @@ RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per 
 MAX_RETRY_BACKOFF_S = 8.0
 POLICY_WAIT_S = 1.0  # a job the policy told to wait asks again after this long
 NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
+USER_STOP = "stopped_by_user"  # a user stopped this one job (`coach stop`, the HTTP API): final, never resumed
 DIVERGED = "diverged"  # a worker saw a non-finite loss, or the epoch's loss is not finite: never retried
 # INTERRUPTED is the stop reason of an interrupted job and the phase of its closing line (whose stop_reason is
 # null); RECOVERED is the phase of the line a resume from the checkpoints folder writes (coach.policy.history)
@@ -144,7 +145,7 @@ class JobLifecycle:
         self._max_price = max(self._prices.values())  # predictions stay conservative
         self.history = History()
         self.awaiting = Awaiting.NOTHING
-        self.stop_requested = False
+        self.stop_requested: str | None = None  # the reason to stop with (INTERRUPTED or USER_STOP) once asked
         self.reason: str | None = None  # set when the job is over
         self.submitted: tuple[FunctionId, ...] = ()  # pods in the placement, bound or pending
         self.bound: dict[FunctionId, str] = {}  # function -> node, for the functions the job uses
@@ -217,10 +218,10 @@ class JobLifecycle:
         return out + self._next(event.now_s)
 
     def _on_stop(self, event: ev.StopRequested) -> list[cmd.Command]:
-        self.stop_requested = True
+        self.stop_requested = self.stop_requested or event.reason
         if self.awaiting in (Awaiting.DEPLOY, Awaiting.EPOCH):
-            return []  # the driver cancels what is in flight; its failure event ends the job
-        return self._finish(event.now_s, INTERRUPTED)
+            return []  # an interrupt cancels what is in flight, a user's stop lets it end: either event ends the job
+        return self._finish(event.now_s, self.stop_requested)
 
     def _on_timer(self, event: ev.TimerFired) -> list[cmd.Command]:
         if self.awaiting == Awaiting.BINDINGS and event.now_s >= self.watch_deadline_s:
@@ -237,7 +238,7 @@ class JobLifecycle:
     # -- the next step --------------------------------------------------------------------------------------
     def _next(self, now_s: float) -> list[cmd.Command]:
         if self.stop_requested:
-            return self._finish(now_s, INTERRUPTED)
+            return self._finish(now_s, self.stop_requested)
         done = self.history.calibration_done
         # never calibrate after training epochs were measured (a log that lost them, `recovered`, calibrates again)
         if done < len(self.calibration) and not self.history.metrics:
@@ -362,7 +363,7 @@ class JobLifecycle:
             return []
         self.deployed |= set(event.ready)
         if event.failure is not None or self.stop_requested:
-            reason = INTERRUPTED if self.stop_requested else f"failed: {event.failure.describe()}"
+            reason = self.stop_requested or f"failed: {event.failure.describe()}"
             return self._finish(event.now_s, reason)
         counts = role_counts(self.deployed)
         self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
@@ -546,7 +547,7 @@ class JobLifecycle:
         """A failed attempt still used its slots: its cost counts, on its retry line."""
         self._charge(cost, slot_s)
         if self.stop_requested:
-            return self._finish(now_s, INTERRUPTED)
+            return self._finish(now_s, self.stop_requested)
         broke = self._money_bound and failure.kind == TIMEOUT  # it ran until the money was spent
         exhausted = self.attempt > self.spec.max_retries or not failure.retryable or broke
         out = [self._line(now_s, "retry", self.step.epoch, None,
@@ -606,7 +607,8 @@ class JobLifecycle:
         self.reason = reason
         self.awaiting = Awaiting.DONE
         self.history = replace(self.history, stop_reason=reason)
-        ended = "done" if reason in NORMAL_ENDINGS else INTERRUPTED if reason == INTERRUPTED else "failed"
+        ended = ("done" if reason in NORMAL_ENDINGS else reason if reason in (INTERRUPTED, USER_STOP)
+                 else "failed")
         self._show(ended, reason)
         return out + [cmd.Finish(reason)]
 

@@ -396,6 +396,37 @@ def _cluster_size_options(parser: argparse.ArgumentParser, nodes: int, pods: int
                         help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
 
 
+def run_options(parser: argparse.ArgumentParser) -> None:
+    """How a run is composed: the options `coach run` and `coach serve` share."""
+    parser.add_argument("--cluster", metavar="FILE",
+                        help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
+    parser.add_argument("--results", default="results", metavar="DIR",
+                        help="folder for run folders (default: %(default)s)")
+    parser.add_argument("--scheduler", choices=sorted(PROFILES),
+                        help="scheduler_fork profile placing every function (default: the cluster file's, else gang)")
+    parser.add_argument("--placement-timeout", type=number(0.0, MAX_PLACEMENT_TIMEOUT_S, low_exclusive=True),
+                        default=30.0, metavar="S",
+                        help="seconds a job waits for its quorum before it gives its slots back and requeues; "
+                             f"0 < S <= {MAX_PLACEMENT_TIMEOUT_S} (default: %(default)g)")
+    parser.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
+                        help="run-level policy deciding every job's workers and servers (default: %(default)s)")
+    parser.add_argument("--checkpoints", metavar="URL", type=store_url,
+                        help="checkpoint store every function reaches: s3://bucket/prefix (endpoint and credentials "
+                             "from the AWS_* environment variables) or a folder (default: the run folder's "
+                             "checkpoints/)")
+    parser.add_argument("--platform", choices=_platforms(), default="local",
+                        help="where functions run: local warm hosts, or Nuclio on Kubernetes with their pods bound "
+                             "by `coach scheduler` (default: %(default)s)")
+    parser.add_argument("--dashboard", metavar="URL", type=http_url,
+                        help="the Nuclio dashboard (required with --platform nuclio; no default)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig of the cluster's kube-apiserver (required with --platform nuclio; no default)")
+    parser.add_argument("--namespace", metavar="NS", type=dns_label, default="default",
+                        help="Kubernetes namespace of the functions and PodGroups (default: %(default)s)")
+    parser.add_argument("--image", metavar="IMAGE", default=_default_image(),
+                        help="the function image the dashboard deploys (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="coach", description="Serverless job handler for distributed DL training",
                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -413,33 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue the unfinished jobs of a run from their last epoch and checkpoint "
                           "(default: a new run)")
-    run.add_argument("--cluster", metavar="FILE",
-                     help="cluster file (default: 3 nodes x 4 slots, 0.0001 per slot-second)")
-    run.add_argument("--results", default="results", metavar="DIR",
-                     help="folder for run folders (default: %(default)s)")
-    run.add_argument("--scheduler", choices=sorted(PROFILES),
-                     help="scheduler_fork profile placing every function (default: the cluster file's, else gang)")
-    run.add_argument("--placement-timeout", type=number(0.0, MAX_PLACEMENT_TIMEOUT_S, low_exclusive=True),
-                     default=30.0, metavar="S",
-                     help="seconds a job waits for its quorum before it gives its slots back and requeues; "
-                          f"0 < S <= {MAX_PLACEMENT_TIMEOUT_S} (default: %(default)g)")
-    run.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
-                     help="run-level policy deciding every job's workers and servers (default: %(default)s)")
-    run.add_argument("--checkpoints", metavar="URL", type=store_url,
-                     help="checkpoint store every function reaches: s3://bucket/prefix (endpoint and credentials "
-                          "from the AWS_* environment variables) or a folder (default: the run folder's "
-                          "checkpoints/)")
-    run.add_argument("--platform", choices=_platforms(), default="local",
-                     help="where functions run: local warm hosts, or Nuclio on Kubernetes with their pods bound "
-                          "by `coach scheduler` (default: %(default)s)")
-    run.add_argument("--dashboard", metavar="URL", type=http_url,
-                     help="the Nuclio dashboard (required with --platform nuclio; no default)")
-    run.add_argument("--kubeconfig", metavar="FILE",
-                     help="kubeconfig of the cluster's kube-apiserver (required with --platform nuclio; no default)")
-    run.add_argument("--namespace", metavar="NS", type=dns_label, default="default",
-                     help="Kubernetes namespace of the functions and PodGroups (default: %(default)s)")
-    run.add_argument("--image", metavar="IMAGE", default=_default_image(),
-                     help="the function image the dashboard deploys (default: %(default)s)")
+    run_options(run)
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true",
                        help="print only the results folder (default: off)")
@@ -505,9 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.set_defaults(func=cmd_scheduler)
 
     from coach.ui.analysis_cli import add_commands
+    from coach.ui.serve_cli import add_commands as add_serve
     from coach.ui.simulate_cli import add_commands as add_simulate
 
     add_simulate(sub, subparser, EXIT_CODES)
+    add_serve(sub, subparser, EXIT_CODES, run_options)
     add_commands(sub, subparser, EXIT_CODES)
     return parser
 

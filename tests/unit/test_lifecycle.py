@@ -24,7 +24,7 @@ from coach.lifecycle.commands import (AskPolicy, Deploy, Finish, InvokeEpoch, Pr
                                       Submit, WaitUntil, WatchPlacement, WriteRecord)
 from coach.lifecycle.events import (Bindings, Decided, Deployed, EpochDone, EpochFailed, Resume, Start,
                                     StopRequested, TimerFired)
-from coach.lifecycle.job import (BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
+from coach.lifecycle.job import (USER_STOP, BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
                                  requeue_backoff_s, retry_backoff_s)
 from coach.policy.history import history_from_records
 from coach.policy.run_policy import Counts, Wait
@@ -1124,3 +1124,28 @@ def test_a_linear_job_scales_the_learning_rate_with_the_workers_and_asks_for_no_
     assert call.hyper == Hyper(32, "sgd", 0.1, {"momentum": 0.9}, 7)
     line = d.send(epoch_done(call, T0 + 12, 0.5))[0].record.extra
     assert line == {"batch_size": 32, "global_batch": 64, "learning_rate": 0.1, "batch_scaling": "linear"}
+
+
+def test_a_users_stop_lets_the_epoch_in_flight_finish_then_ends_the_job_for_good():
+    """`coach stop` / the HTTP API: the epoch's line is written, then a `stopped` line with `stopped_by_user`."""
+    d = Driver()
+    call = d.start_static(T0)
+    assert d.send(StopRequested(T0 + 5, USER_STOP)) == []  # nothing is cancelled: the epoch runs on
+    out = d.send(epoch_done(call, T0 + 12, 0.75))
+    assert out == [WriteRecord(trained(F21, epoch=1, loss=0.75, cost=COST_21, cumulative=15.0, end=T0 + 12,
+                                       tag="epoch-0001")),
+                   PruneCheckpoints(ckpt("epoch-0001")),
+                   WriteRecord(line("stopped", at=T0 + 12, epoch=1, cost=0.0, cumulative=15.0, placement=names(F21),
+                                    stop=USER_STOP)),
+                   Remove(F21), Release(F21), Finish(USER_STOP)]
+    assert d.lc.status().phase == USER_STOP and d.lc.reason == USER_STOP
+
+
+def test_an_interrupt_after_a_users_stop_keeps_the_users_reason():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    d.bind_all(T0 + 1)
+    assert d.send(StopRequested(T0 + 2, USER_STOP)) == []
+    assert d.send(StopRequested(T0 + 2.5)) == []
+    assert d.send(Deployed(T0 + 3, F21))[-1] == Finish(USER_STOP)

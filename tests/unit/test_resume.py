@@ -20,36 +20,8 @@ import pytest
 from coach.app.run import exit_code_for, resume_run, run_jobs
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimulatedPlatform
 from coach.storage.results import read_log
-
-
-class FileMarks:
-    """Rank 0 of a simulated epoch 'saves' its checkpoint: both files, as a real worker renames them in."""
-
-    def mark_saved(self, prefix: str) -> None:
-        for suffix in (".params", ".states"):
-            Path(prefix + suffix).write_bytes(b"weights")
-
-
-class Scripted(SimulatedPlatform):
-    """A simulated platform that can stop the run at a step, or have its workers diverge at a step."""
-
-    def __init__(self, stop: threading.Event | None = None, stop_at_step: int | None = None,
-                 nan_at_step: int | None = None, **kwargs):
-        super().__init__(FileMarks(), **kwargs)
-        self.stop, self.stop_at_step, self.nan_at_step = stop, stop_at_step, nan_at_step
-
-    def invoke(self, ref, request, timeout_s):
-        reply = super().invoke(ref, request, timeout_s)
-        step = getattr(request, "step", None)
-        if step is not None and step == self.stop_at_step and self.stop is not None:
-            self.stop.set()  # Ctrl-C while this step runs: it still completes and is recorded
-        if step is not None and step == self.nan_at_step and isinstance(getattr(reply, "body", None), dict) \
-                and "loss_sum" in reply.body:
-            # what a worker that saw a non-finite loss answers: no loss (JSON has no NaN), nothing saved
-            reply.body.update(diverged=True, loss_sum=None, loss=None, checkpoint_saved=None)
-        return reply
+from tests.support import Scripted, factory
 
 
 def spec(tmp_path: Path, name: str = "sim", **fields) -> JobSpec:
@@ -59,10 +31,6 @@ def spec(tmp_path: Path, name: str = "sim", **fields) -> JobSpec:
                   epoch_timeout_s=60.0, max_retries=1)
     values.update(fields)
     return JobSpec(**values)
-
-
-def factory(platform):
-    return lambda logs, token: platform
 
 
 def interrupted_run(tmp_path: Path, job: JobSpec, at_step: int = 3, results: Path | None = None):

@@ -1,0 +1,143 @@
+"""The HTTP API and page of `coach serve` (FastAPI): submit, list, follow and stop jobs; summary; SSE; metrics.
+
+Handlers only translate: a ServedRun does the work, the board answers what is shown. Errors are one line, in
+FastAPI's shape: 422 `{"detail": [{"loc": ["body", FIELD], "msg": "request: FIELD: what is wrong", ...}]}` for a
+job that fails validation, `{"detail": "..."}` otherwise (404 unknown job, 409 a name taken or a job already
+done, 413 a body too large, 503 a server that is stopping).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Sequence
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from coach.service.session import JobExists, NotRunning, RunInputError, ServedRun, UnknownJob
+from coach.service.submission import checked_submission
+
+PAGE = Path(__file__).parent / "page"
+SSE_POLL_S = 0.25  # how often an event stream looks for news
+SSE_HEARTBEAT_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+
+SUBMIT_EXAMPLE = {"name": "lenet-web", "model": "lenet.py", "batch_size": 64, "optimizer": "sgd",
+                  "learning_rate": 0.05, "target_loss": 0.3, "max_epochs": 3, "budget": 0.05, "workers": 1,
+                  "servers": 1}
+
+
+def _problem(line: str) -> dict:
+    """A validation line as one of FastAPI's error entries: where (the field) and the whole line."""
+    parts = line.split(": ", 2)
+    field = parts[1] if len(parts) == 3 else "(file)"
+    return {"loc": ["body", field], "msg": line, "type": "value_error"}
+
+
+def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
+    app = FastAPI(title="Coach", version="1",
+                  description="Submit deep-learning training jobs, follow them live, stop them. The results "
+                              "folder is the single record; every job's log is its JSON lines.")
+    app.mount("/static", StaticFiles(directory=PAGE), name="static")
+
+    def job_or_404(name: str) -> dict:
+        job = served.board.job(name)
+        if job is None:
+            raise HTTPException(404, f"/api/jobs/{name}: no job {name!r} in run {served.run_id}")
+        return job
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html", media_type="text/html")
+
+    @app.post("/api/jobs", status_code=201, summary="Submit a job (a job file's YAML or JSON as the body)",
+              responses={422: {"description": "the job is not valid; one line per problem, naming the field"},
+                         409: {"description": "a job of that name is in the run already"}})
+    async def submit(request: Request) -> dict:
+        raw = await request.body()
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            return JSONResponse({"detail": [_problem(f"request: (file): not UTF-8 text (byte {error.start})")]}, 422)
+        spec, problems = checked_submission(text, model_folders)
+        if spec is None:
+            return JSONResponse({"detail": [_problem(line) for line in problems]}, 422)
+        try:
+            await asyncio.to_thread(served.submit, spec)
+        except JobExists as error:
+            raise HTTPException(409, f"/api/jobs: {error}") from None
+        except NotRunning as error:
+            raise HTTPException(503, f"/api/jobs: {error}") from None
+        return {"job": spec.name, "run_id": served.run_id}
+
+    @app.get("/api/jobs", summary="Every job: phase, epoch, loss, counts, cost against budget, why it waits")
+    def jobs() -> dict:
+        return {"run_id": served.run_id, "jobs": served.board.jobs()}
+
+    @app.get("/api/jobs/{name}", summary="One job's status and its log's records",
+             responses={404: {"description": "no such job"}})
+    def job(name: str) -> dict:
+        status = job_or_404(name)
+        try:
+            records = served.records(name)
+        except UnknownJob as error:
+            raise HTTPException(404, f"/api/jobs/{name}: {error}") from None
+        except RunInputError as error:
+            raise HTTPException(500, f"/api/jobs/{name}: {error}") from None
+        return {"status": status, "records": records}
+
+    @app.post("/api/jobs/{name}/stop", status_code=202, summary="Stop a job for good; its log is kept",
+              responses={404: {"description": "no such job"}, 409: {"description": "the job has finished"}})
+    async def stop(name: str) -> dict:
+        job_or_404(name)
+        try:
+            answer = await asyncio.to_thread(served.stop, name)
+        except UnknownJob as error:
+            raise HTTPException(404, f"/api/jobs/{name}/stop: {error}") from None
+        except NotRunning as error:
+            raise HTTPException(503, f"/api/jobs/{name}/stop: {error}") from None
+        if answer.already_done:
+            raise HTTPException(409, f"/api/jobs/{name}/stop: job {name!r} has finished already")
+        return {"job": name, "stopping": True}
+
+    @app.get("/api/summary", summary="The run's summary (summary.json as it is now)")
+    def summary() -> dict:
+        return served.summary()
+
+    @app.get("/api/cluster", summary="The cluster's nodes with the functions bound to them, then the pending ones")
+    def cluster() -> dict:
+        return {"cluster": served.cluster.name, "nodes": served.board.nodes()}
+
+    @app.get("/api/models", summary="Model files a job may name (relative to the server's model folders)")
+    def models() -> dict:
+        found = sorted({str(path.relative_to(folder)) for folder in model_folders if folder.is_dir()
+                        for path in folder.rglob("*.py")})
+        return {"folders": [str(folder) for folder in model_folders], "models": found, "example": SUBMIT_EXAMPLE}
+
+    @app.get("/api/events", summary="Server-sent events: a `board` event with every job and node on each change")
+    async def events(request: Request) -> StreamingResponse:
+        async def stream():
+            seen, quiet_s = -1, 0.0
+            while served.running and not await request.is_disconnected():
+                version = served.board.version
+                if version != seen:
+                    seen, quiet_s = version, 0.0
+                    board = {"version": version, "run_id": served.run_id, "jobs": served.board.jobs(),
+                             "nodes": served.board.nodes()}
+                    yield f"event: board\ndata: {json.dumps(board)}\n\n"
+                elif quiet_s >= SSE_HEARTBEAT_S:
+                    quiet_s = 0.0
+                    yield ": still here\n\n"
+                await asyncio.sleep(SSE_POLL_S)
+                quiet_s += SSE_POLL_S
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    def metrics() -> Response:
+        return Response(served.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

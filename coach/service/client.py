@@ -1,0 +1,54 @@
+"""The command line's side of the API (`coach status`, `coach submit`, `coach stop`), with requests.
+
+Every outcome is a value: the decoded answer, or a ClientError whose message is one line naming the endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import requests
+
+TIMEOUT_S = 30.0
+
+
+class ClientError(Exception):
+    def __init__(self, message: str, bad_input: bool = False):
+        super().__init__(message)
+        self.bad_input = bad_input  # the server refused what was sent (422, 404, 409, 413): exit code 2
+
+
+@dataclass(frozen=True)
+class Client:
+    server: str  # http://host:port
+    token: str | None = None
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        url = self.server.rstrip("/") + path
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            answer = requests.request(method, url, headers={**headers, **kwargs.pop("headers", {})},
+                                      timeout=TIMEOUT_S, **kwargs)
+        except requests.RequestException as error:
+            raise ClientError(f"{url}: cannot reach the server ({type(error).__name__})") from None
+        try:
+            body = answer.json()
+        except ValueError:
+            body = {"detail": answer.text[:200]}
+        if answer.status_code >= 400:
+            detail = body.get("detail") if isinstance(body, dict) else body
+            if isinstance(detail, list):  # validation: one line per problem
+                lines = [d.get("msg", str(d)) if isinstance(d, dict) else str(d) for d in detail]
+                raise ClientError("\n".join(lines), bad_input=True)
+            raise ClientError(f"{detail} (HTTP {answer.status_code})",
+                              bad_input=answer.status_code in (400, 404, 409, 413, 422))
+        return body
+
+    def jobs(self) -> dict:
+        return self._call("GET", "/api/jobs")
+
+    def submit(self, text: str) -> dict:
+        return self._call("POST", "/api/jobs", data=text.encode(), headers={"Content-Type": "application/yaml"})
+
+    def stop(self, job: str) -> dict:
+        return self._call("POST", f"/api/jobs/{requests.utils.quote(job, safe='')}/stop")

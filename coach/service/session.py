@@ -1,0 +1,220 @@
+"""A served run: one run folder that jobs join while it runs, driven by an OpenDriver on its own thread.
+
+The results folder is the single record. `<results>/service.json` names the served run; a restarted server loads
+that run (`coach.app.run.load_run`: logs, checkpoints, summary) and resumes its unfinished jobs. Every job a
+client submits is added to run.json (written atomically) before it starts, so a restart knows it.
+Side effects: the run folder, function hosts (through the ports), one driver thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from coach.app.run import (LoadedRun, ResumeError, RunConfig, cluster_view, first_event, live_ports, load_run,
+                           manifest_dict, new_lifecycle, summary_extra)
+from coach.domain.cluster import ClusterSpec
+from coach.domain.jobs import JobSpec
+from coach.domain.records import JobOutcome, iso, summary_dict
+from coach.domain.status import JobStatus
+from coach.drivers.fanout import ThreadFanOut
+from coach.drivers.live import OpenDriver
+from coach.files.runs import RunInputError, checked_records
+from coach.lifecycle.job import NORMAL_ENDINGS, USER_STOP, JobLifecycle
+from coach.policy.history import fill_outcome
+from coach.policy.run_policy import POLICIES
+from coach.ports import Platform
+from coach.service.board import Board
+from coach.service.metrics import ServiceMetrics
+from coach.service.observed import BoardView, ObservedLog, ObservedPlacement
+from coach.storage.results import ResultLog, new_run_id, write_json_atomic
+
+POINTER = "service.json"  # in the results folder: which run the server serves
+CALL_TIMEOUT_S = 30.0  # how long a request waits for the driver's loop to take its job or stop
+DRIVER_THREADS = 64  # deploys, epochs and removals in flight at once, over every job
+
+
+class JobExists(Exception):
+    """A job of this name is in the run already."""
+
+
+class UnknownJob(Exception):
+    """No job of this name in the run."""
+
+
+class NotRunning(Exception):
+    """The server is stopping (or its run could not start): it takes no more jobs."""
+
+
+@dataclass(frozen=True)
+class StopAnswer:
+    job: str
+    already_done: bool  # it had finished before the request (nothing was stopped)
+
+
+class ServedRun:
+    def __init__(self, results_root: Path, cluster: ClusterSpec, config: RunConfig,
+                 platform_factory: Callable[[Path, str], Platform] | None = None):
+        self.results_root = results_root.resolve()
+        self._new_cluster, self._new_config = cluster, config
+        self.platform_factory = platform_factory
+        self._lock = threading.RLock()  # run.json, the outcomes and summary.json
+        self._closing = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stack = ExitStack()
+        self.driver: OpenDriver | None = None
+        self.resumed = False
+
+    # -- starting and stopping ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open (or create) the served run and start its driver; ResumeError when the served run cannot go on."""
+        loaded = self._served_run()
+        self.resumed = loaded is not None
+        if loaded is None:
+            loaded = self._new_run()
+        self.run_id, self.run_dir, self.manifest = loaded.run_id, loaded.run_dir, loaded.manifest
+        self.cluster, self.config = loaded.cluster, loaded.config
+        self.outcomes, self.started_s = loaded.outcomes, loaded.started_s
+        self.board = Board(self.cluster)
+        self.metrics = ServiceMetrics(self.board)
+        for spec in loaded.specs:  # finished jobs are shown as their summary left them
+            if all(spec.name != pending.name for pending, _ in loaded.pending):
+                self.board.show(_status_of(spec, self.outcomes[spec.name]))
+        self.sinks = {spec.name: ObservedLog(ResultLog(self.run_dir / f"{spec.name}.jsonl"), self.metrics)
+                      for spec, _ in loaded.pending}
+        ports = self._stack.enter_context(live_ports(self.run_dir, self.cluster, self.config, self.platform_factory,
+                                                     BoardView(self.board), self.sinks))
+        ports = replace(ports, placement=ObservedPlacement(ports.placement, self.board, self.metrics))
+        lifecycles = [new_lifecycle(spec, self.run_id, self.cluster, self.config) for spec, _ in loaded.pending]
+        self.driver = OpenDriver(lifecycles, POLICIES[self.config.policy], cluster_view(self.cluster), ports,
+                                 ThreadFanOut(), self._finished, stop_event=self._stop, threads=DRIVER_THREADS)
+        first = [(spec.name, first_event(history, time.time())) for spec, history in loaded.pending]
+        self._write_summary()
+        self._thread = threading.Thread(target=self._drive, args=(first,), name="coach-serve-driver", daemon=True)
+        self._thread.start()
+
+    def _drive(self, first) -> None:
+        try:
+            self.driver.run(first)
+        finally:
+            self._closing = True
+
+    def begin_closing(self) -> None:
+        """Take no more jobs and interrupt the unfinished ones (`interrupted`: a restart resumes them); safe from
+        a signal handler."""
+        self._closing = True
+        self._stop.set()
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        """Interrupt every unfinished job, wait for them to record their ends, close the ports."""
+        with self._lock:
+            self.begin_closing()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._stack.close()
+        self._write_summary()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._closing
+
+    # -- the served run's folder ------------------------------------------------------------------------------
+    def _served_run(self) -> LoadedRun | None:
+        pointer = self.results_root / POINTER
+        if not pointer.exists():
+            return None
+        try:
+            run_id = json.loads(pointer.read_text())["run_id"]
+            if not isinstance(run_id, str) or not run_id or "/" in run_id or run_id.startswith("."):
+                raise ValueError(f"not a run id: {run_id!r}")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ResumeError(f"{pointer}: run_id: not a served run's pointer ({error})") from None
+        return load_run(self.results_root / run_id)
+
+    def _new_run(self) -> LoadedRun:
+        run_id = new_run_id()
+        run_dir = self.results_root / run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        config, cluster, started_s = self._new_config, self._new_cluster, time.time()
+        manifest = {**manifest_dict(run_id, started_s, cluster, config, []), "served": True}
+        write_json_atomic(run_dir / "run.json", manifest)
+        write_json_atomic(self.results_root / POINTER, {"run_id": run_id})
+        return LoadedRun(run_id, run_dir, manifest, cluster, config, [], {}, [], started_s)
+
+    def _write_summary(self) -> dict:
+        with self._lock:
+            summary = summary_dict(self.run_id, self.started_s, self.outcomes,
+                                   summary_extra(self.cluster, self.config))
+            write_json_atomic(self.run_dir / "summary.json", summary)
+            return summary
+
+    def _finished(self, lc: JobLifecycle, now_s: float) -> None:
+        with self._lock:
+            fill_outcome(self.outcomes[lc.spec.name], lc.history, now_s)
+        self._write_summary()
+
+    # -- what clients ask for -------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> None:
+        """Add the job to run.json, then to the running driver. JobExists, NotRunning."""
+        with self._lock:
+            if not self.running:
+                raise NotRunning("the server is stopping; it takes no more jobs")
+            if spec.name in self.outcomes:
+                raise JobExists(f"job {spec.name!r} is in run {self.run_id} already; give the job another name")
+            jobs = self.manifest["jobs"] + [spec.to_dict()]
+            write_json_atomic(self.run_dir / "run.json", {**self.manifest, "jobs": jobs})
+            self.manifest["jobs"] = jobs
+            self.outcomes[spec.name] = JobOutcome(submitted_s=time.time(), budget=spec.budget)
+            self.sinks[spec.name] = ObservedLog(ResultLog(self.run_dir / f"{spec.name}.jsonl"), self.metrics)
+            lc = new_lifecycle(spec, self.run_id, self.cluster, self.config)
+            self.board.show(lc.status())
+            added = self.driver.call_soon(lambda: self.driver.add(lc, first_event(None, time.time())))
+        self._write_summary()
+        added.result(CALL_TIMEOUT_S)
+
+    def stop(self, name: str) -> StopAnswer:
+        """Stop one job for good (`stopped_by_user`); an epoch in flight ends first. UnknownJob, NotRunning."""
+        with self._lock:
+            if name not in self.outcomes:
+                raise UnknownJob(f"no job {name!r} in run {self.run_id}")
+            if not self.running:
+                raise NotRunning("the server is stopping; its jobs stop with it")
+        done = self.driver.call_soon(lambda: self._stop_job(name)).result(CALL_TIMEOUT_S)
+        return StopAnswer(name, done)
+
+    def _stop_job(self, name: str) -> bool:
+        lc = self.driver.jobs.get(name)
+        if lc is None or lc.done:
+            return True
+        self.driver.stop(name, USER_STOP)
+        return False
+
+    def records(self, name: str) -> list[dict]:
+        """The job's log as it is on disk. UnknownJob; RunInputError when a line is not a record."""
+        with self._lock:
+            if name not in self.outcomes:
+                raise UnknownJob(f"no job {name!r} in run {self.run_id}")
+        log = self.run_dir / f"{name}.jsonl"
+        return checked_records(log, allow_torn_tail=True) if log.exists() else []
+
+    def summary(self) -> dict:
+        with self._lock:
+            return summary_dict(self.run_id, self.started_s, self.outcomes, summary_extra(self.cluster, self.config))
+
+
+def _status_of(spec: JobSpec, outcome: JobOutcome) -> JobStatus:
+    """A finished job as its summary tells it (a restarted server has no lifecycle for it)."""
+    reason = outcome.stop_reason
+    phase = "done" if reason in NORMAL_ENDINGS else reason if reason == USER_STOP else "failed"
+    return JobStatus(job=spec.name, phase=phase, epoch=outcome.epochs, loss=outcome.final_loss,
+                     val_loss=outcome.final_val_loss, workers=outcome.workers, servers=outcome.servers,
+                     cost=outcome.total_cost, budget=spec.budget, message=reason or "")
+
+
+__all__ = ["ServedRun", "JobExists", "UnknownJob", "NotRunning", "StopAnswer", "ResumeError", "RunInputError"]

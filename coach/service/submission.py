@@ -1,0 +1,47 @@
+"""A submitted job's text, checked as `coach run` checks a job file, and kept to the server's model folders.
+
+A job names its model file, which Coach parses and the workers import: a client could otherwise make the server
+read any file. So `model` must resolve (symbolic links followed) to a file under one of the folders the server was
+started with: an absolute path under one, or a path relative to them (tried in order). Nothing outside is read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from coach.domain.jobs import JobSpec
+from coach.files.jobs import check_job_text
+
+SHOWN = "request"  # what starts an error line about a request body
+
+
+def inside(path: Path, folders: Sequence[Path]) -> bool:
+    real = Path(os.path.realpath(path))
+    return any(real.is_relative_to(os.path.realpath(folder)) for folder in folders)
+
+
+def model_vet(folders: Sequence[Path]):
+    def vet(data: Mapping) -> tuple[Mapping | None, list[tuple[str, str]]]:
+        model = data.get("model")
+        if not isinstance(model, str) or not model.strip():
+            return data, []  # the job check says what is wrong with it
+        given = Path(model)
+        candidates = [given] if given.is_absolute() else [folder / given for folder in folders]
+        for candidate in candidates:
+            if inside(candidate, folders) and candidate.exists():
+                return {**data, "model": str(Path(os.path.realpath(candidate)))}, []
+        shown = ", ".join(str(folder) for folder in folders)
+        if given.is_absolute() and not inside(given, folders):
+            return None, [("model", f"{model} is outside the server's model folders ({shown})")]
+        return None, [("model", f"no file {model} in the server's model folders ({shown})")]
+
+    return vet
+
+
+def checked_submission(text: str, folders: Sequence[Path]) -> tuple[JobSpec | None, list[str]]:
+    """The job spec, or the problems (one `request: FIELD: what is wrong` line each)."""
+    folder = folders[0] if folders else Path.cwd()
+    checked = check_job_text(text, SHOWN, folder, model_vet(folders))
+    return checked.spec, list(checked.lines)

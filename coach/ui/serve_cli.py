@@ -1,0 +1,165 @@
+"""`coach serve` (a web page and an HTTP API on one long-running run) and its clients: `coach status`,
+`coach submit`, `coach stop`. Parses options and prints; coach.service does the work."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from coach.ui.errors import fail, integer
+
+DEFAULT_SERVER = "http://127.0.0.1:8765"
+MAX_BODY_BYTES = 64 * 1024  # a job file is at most a few hundred bytes; room for comments
+TOKEN_ENV = "COACH_TOKEN"
+
+
+def cmd_serve(args) -> int:
+    from coach.app.run import ResumeError, RunConfig
+    from coach.service.security import is_loopback
+    from coach.service.server import Listen, bind, serve
+    from coach.service.session import ServedRun
+    from coach.ui.cli import _check_store, _inputs, _results_folder, _site, say_cluster
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(args.host) and not token:
+        return fail([f"--host: {args.host} is not a loopback address: give --token (or set {TOKEN_ENV}); clients "
+                     "then send `Authorization: Bearer TOKEN`"])
+    folders = [Path(folder).resolve() for folder in (args.models or ["jobs/models"])]
+    missing = [f"--models: {folder}: not a folder" for folder in folders if not folder.is_dir()]
+    if missing:
+        return fail(missing)
+    _, cluster = _inputs([], args.cluster)
+    _results_folder("--results", args.results)
+    site = _site(args)
+    if args.checkpoints is not None:
+        _check_store("--checkpoints", args.checkpoints)
+    config = RunConfig(scheduler=args.scheduler or cluster.scheduler or "gang", policy=args.policy,
+                       placement_timeout_s=args.placement_timeout, platform=site.platform,
+                       placement=_placement_of(site.platform), checkpoints=args.checkpoints, site=site)
+    listen = Listen(args.host, args.port, token, args.max_body)
+    try:
+        sock = bind(listen)
+    except OSError as error:
+        return fail([f"--port: cannot listen on {args.host}:{args.port} ({error.strerror or error})"])
+    served = ServedRun(Path(args.results), cluster, config)
+    try:
+        served.start()
+    except ResumeError as error:
+        sock.close()
+        return fail([str(error)])
+    if served.resumed:
+        print(f"coach serve: resuming run {served.run_id} (its cluster and configuration are the manifest's)")
+    say_cluster(served.cluster)
+    serve(served, folders, listen, sock)
+    return 0
+
+
+def _placement_of(platform: str) -> str:
+    from coach.app.compose import PLACEMENT_OF
+
+    return PLACEMENT_OF[platform]
+
+
+def _client(args):
+    from coach.service.client import Client
+
+    return Client(args.server, args.token or os.environ.get(TOKEN_ENV) or None)
+
+
+def _client_failed(error) -> int:
+    return fail(str(error).splitlines()) if error.bad_input else _unreachable(error)
+
+
+def _unreachable(error) -> int:
+    print(f"coach: {error}", file=sys.stderr)
+    return 1
+
+
+def cmd_status(args) -> int:
+    from coach.domain.status import JobStatus
+    from coach.service.client import ClientError
+    from coach.views.terminal import _console, status_table
+
+    try:
+        answer = _client(args).jobs()
+        statuses = {job["job"]: JobStatus(**job) for job in answer["jobs"]}
+    except ClientError as error:
+        return _client_failed(error)
+    except (KeyError, TypeError) as error:
+        return _unreachable(f"{args.server}/api/jobs: not a Coach server's answer ({error})")
+    _console().print(status_table(statuses, f"run {answer.get('run_id')} at {args.server}"))
+    return 0
+
+
+def cmd_submit(args) -> int:
+    import yaml
+
+    from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
+    from coach.service.client import ClientError
+
+    path = Path(args.file)
+    try:
+        text = read_capped(path, MAX_BODY_BYTES).decode("utf-8-sig")
+    except (FileTooLarge, NotRegularFile) as error:
+        return fail([f"{args.file}: (file): {error}"])
+    except UnicodeDecodeError as error:
+        return fail([f"{args.file}: (file): not UTF-8 text (byte {error.start})"])
+    except OSError as error:
+        return fail([f"{args.file}: (file): {error.strerror or error}"])
+    try:  # a relative model path is relative to the job file, as for `coach run`: it is sent absolute
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None  # the server says what is wrong, with the line
+    model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, str) and not Path(model).is_absolute() and (path.parent / model).is_file():
+        data["model"] = str((path.parent / model).resolve())  # else the server looks in its model folders
+        text = yaml.safe_dump(data, sort_keys=False)
+    try:
+        answer = _client(args).submit(text)
+    except ClientError as error:
+        lines = [line.replace("request: ", f"{args.file}: ", 1) for line in str(error).splitlines()]
+        return fail(lines) if error.bad_input else _unreachable(error)
+    print(f"submitted {answer['job']} to run {answer['run_id']}")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from coach.service.client import ClientError
+
+    try:
+        _client(args).stop(args.job)
+    except ClientError as error:
+        return _client_failed(error)
+    print(f"stopping {args.job}: its epoch in flight ends first; its log is kept")
+    return 0
+
+
+def add_commands(sub, subparser, epilog: str, run_options) -> None:
+    serve = subparser(sub, "serve", epilog=epilog,
+                      help="a web page and an HTTP API to submit, follow and stop jobs (until Ctrl-C or SIGTERM)")
+    serve.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
+                       help="address to listen on; other than loopback needs --token (default: %(default)s)")
+    serve.add_argument("--port", type=integer(0, 65535), default=8765, metavar="PORT",
+                       help="port, 0 = any free port (default: %(default)s)")
+    serve.add_argument("--models", action="append", metavar="DIR",
+                       help="folder whose model files submitted jobs may name; repeat for more "
+                            "(default: jobs/models)")
+    serve.add_argument("--token", metavar="TOKEN",
+                       help=f"bearer token every client must send (default: ${TOKEN_ENV}; none on loopback)")
+    serve.add_argument("--max-body", type=integer(1024, 16 * 1024 * 1024), default=MAX_BODY_BYTES, metavar="BYTES",
+                       help="largest request body accepted (default: %(default)s)")
+    run_options(serve)
+    serve.set_defaults(func=cmd_serve)
+    for name, what in (("status", "print the jobs of a `coach serve` as a table"),
+                       ("submit", "submit a job file to a `coach serve`"),
+                       ("stop", "stop a job of a `coach serve` for good (its log is kept)")):
+        client = subparser(sub, name, epilog=epilog, help=what)
+        if name == "submit":
+            client.add_argument("file", metavar="FILE", help="the job file (YAML)")
+        if name == "stop":
+            client.add_argument("job", metavar="JOB", help="the job's name")
+        client.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
+                            help="the server (default: %(default)s)")
+        client.add_argument("--token", metavar="TOKEN", help=f"its bearer token (default: ${TOKEN_ENV})")
+        client.set_defaults(func={"status": cmd_status, "submit": cmd_submit, "stop": cmd_stop}[name])

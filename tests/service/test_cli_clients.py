@@ -1,0 +1,55 @@
+"""`coach status`, `coach submit` and `coach stop` against a server: the same table, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+from coach.ui.cli import main
+from tests.service.conftest import MODELS, job_text
+from tests.support import wait_for
+
+
+def test_submit_status_and_stop(serve, tmp_path, capsys):
+    server = serve(epoch_s=0.3)
+    job = tmp_path / "job.yaml"
+    job.write_text(job_text("cli", max_epochs=100))
+
+    assert main(["submit", str(job), "--server", server.url]) == 0
+    assert "submitted cli" in capsys.readouterr().out
+    wait_for(lambda: server.get("/api/jobs/cli").json()["status"]["epoch"] >= 1, 30, "an epoch")
+    assert main(["status", "--server", server.url]) == 0
+    table = capsys.readouterr().out
+    assert "cli" in table and "cost / budget" in table and server.served.run_id in table
+    assert main(["stop", "cli", "--server", server.url]) == 0
+    wait_for(lambda: server.phase("cli") == "stopped_by_user", 30, "the stop")
+
+
+def test_a_relative_model_is_the_job_files_and_must_be_in_the_model_folders(serve, tmp_path, capsys):
+    server = serve()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "own.py").write_text("def get_model(): pass\ndef get_data(): pass\n")
+    outside = tmp_path / "outside.yaml"
+    outside.write_text(job_text("o", model="models/own.py"))
+    inside = MODELS.parent / "serve-test-job.yaml"  # jobs/, whose models/lenet.py is in the model folder
+    inside.write_text(job_text("i", model="models/lenet.py", max_epochs=1))
+    try:
+        assert main(["submit", str(outside), "--server", server.url]) == 2
+        err = capsys.readouterr().err
+        assert f"{outside}: model: " in err and "outside the server's model folders" in err
+        assert main(["submit", str(inside), "--server", server.url]) == 0
+    finally:
+        inside.unlink()
+
+
+def test_client_errors_are_one_line(serve, tmp_path, capsys):
+    server = serve()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(job_text("b", budget="lots"))
+
+    assert main(["submit", str(bad), "--server", server.url]) == 2
+    assert capsys.readouterr().err.strip() == f"{bad}: budget: expected a number, got str 'lots'"
+    assert main(["submit", str(tmp_path / "missing.yaml"), "--server", server.url]) == 2
+    assert "missing.yaml: (file)" in capsys.readouterr().err
+    assert main(["stop", "nobody", "--server", server.url]) == 2
+    assert "nobody" in capsys.readouterr().err
+    assert main(["status", "--server", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach the server" in err

@@ -1,0 +1,55 @@
+"""`coach serve`'s guard: a bearer token compared in constant time, loopback detection, the page's shell public."""
+
+from __future__ import annotations
+
+import pytest
+
+from coach.service.security import is_loopback
+from coach.ui.cli import main
+from tests.service.conftest import job_text
+
+
+def test_with_a_token_every_endpoint_but_the_page_shell_needs_it(serve):
+    server = serve(token="s3cret")
+    anonymous = {}
+
+    for path in ("/api/jobs", "/api/summary", "/api/cluster", "/metrics", "/openapi.json", "/docs", "/api/events"):
+        answer = server.get(path, headers=anonymous)
+        assert answer.status_code == 401, path
+        assert answer.headers["www-authenticate"] == "Bearer"
+    assert server.post("/api/jobs", job_text("t"), headers=anonymous).status_code == 401
+    assert server.post("/api/jobs", job_text("t"), headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert server.post("/api/jobs", job_text("t"), headers={"Authorization": "s3cret"}).status_code == 401
+    assert server.get("/", headers=anonymous).status_code == 200  # the shell: no data, it asks for the token
+    assert server.get("/static/page.js", headers=anonymous).status_code == 200
+    assert server.get("/api/jobs").status_code == 200
+    assert server.post("/api/jobs", job_text("t", max_epochs=1)).status_code == 201
+    assert server.served.board.job("t") is not None
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True),
+                                            ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
+                                            ("::", False), ("10.0.0.5", False), ("example.org", False)])
+def test_loopback_addresses(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def test_serving_beyond_loopback_without_a_token_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COACH_TOKEN", raising=False)
+
+    code = main(["serve", "--host", "0.0.0.0", "--port", "0", "--results", str(tmp_path / "r")])
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--host: 0.0.0.0 is not a loopback address" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_serve_options_are_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["serve", "--port", "0", "--models", str(tmp_path / "none"), "--results", str(tmp_path)]) == 2
+    assert "--models:" in capsys.readouterr().err
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "--port" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["serve", "--port", "0", "--results", str(tmp_path / "file")]) == 2
+    assert "--results" in capsys.readouterr().err
