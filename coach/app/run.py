@@ -34,13 +34,16 @@ from coach.lifecycle import events as ev
 from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, USER_STOP, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
-from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
+from coach.app.learned import RUN_POLICIES as POLICIES
+from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
-from coach.files.runs import RunInputError, checked_records
+from coach.files.limits import FileTooLarge, NotRegularFile
+from coach.files.runs import RunInputError, check_run_manifest, checked_records, read_json
 from coach.storage.results import (ResultLog, drop_torn_tail, new_run_id,
                                    write_json_atomic)
 from coach.views.terminal import VIEWS
+from scheduler_fork import PROFILES
 
 MANIFEST_SCHEMA = 2  # 1: no schema field, no policy (its runs resume with the `coach` policy)
 
@@ -141,6 +144,50 @@ class LoadedRun:
     outcomes: dict[str, JobOutcome]  # every job's outcome so far
     pending: list[tuple[JobSpec, History]]  # the unfinished jobs, with the history their logs and checkpoints have
     started_s: float
+
+
+class RunFolderError(Exception):
+    """A run folder that cannot go on: one `PATH: FIELD: what is wrong` line per problem."""
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+
+def check_run_folder(run_dir: Path) -> dict:
+    """The run's manifest (run.json), or RunFolderError naming the first problems of a run folder, before
+    load_run reads (or cuts) anything in it.
+
+    The manifest is checked as job and cluster files are (job names included: each names a file of the folder;
+    a model file that is not where the manifest says is left to load_run, which looks for it); every log line of
+    every job as `coach plan` checks a history (a torn last line excepted: a resume cuts it). summary.json and
+    the checkpoints are load_run's to judge.
+    """
+    manifest_path = run_dir / "run.json"
+    try:
+        manifest = read_json(manifest_path)
+    except (FileTooLarge, NotRegularFile) as error:
+        raise RunFolderError([f"{manifest_path}: (file): {error}"]) from None
+    except OSError as error:
+        raise RunFolderError([f"{manifest_path}: (file): {error.strerror or error}"]) from None
+    except ValueError as error:
+        raise RunFolderError([f"{manifest_path}: (file): not a Coach run manifest ({error})"]) from None
+    lines = check_run_manifest(manifest, str(manifest_path), schedulers=PROFILES, policies=POLICIES,
+                               platforms=PLATFORMS, placements=PLACEMENTS)
+    if lines:
+        raise RunFolderError(lines)
+    for job in manifest["jobs"]:
+        log = run_dir / f"{job['name']}.jsonl"
+        if not log.exists():
+            continue
+        try:
+            history_from_records(checked_records(log, allow_torn_tail=True))
+        except RunInputError as error:
+            raise RunFolderError([str(error)]) from None
+        except (KeyError, TypeError, ValueError) as error:  # a combination of lines no check foresaw
+            raise RunFolderError([f"{log}: (file): cannot rebuild the job's history: {type(error).__name__}"]) \
+                from None
+    return manifest
 
 
 def load_run(run_dir: Path) -> LoadedRun:

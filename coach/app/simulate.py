@@ -20,7 +20,8 @@ from coach.drivers.virtual import VirtualDriver
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
-from coach.policy.run_policy import DEFAULT_POLICY, POLICIES, ClusterView
+from coach.app.learned import RUN_POLICIES as POLICIES
+from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
 from coach.platforms.simulated import SimModel, SimulatedPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic

@@ -440,14 +440,20 @@ def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
     if not value.strip():
         problems.add("model", "must not be empty, expected the path of a .py file")
         return None
-    model = Path(os.path.abspath(job_dir / value))
-    if not model.exists():
+    try:
+        model = Path(os.path.abspath(job_dir / value))
+        kind = "missing" if not model.exists() else "dir" if model.is_dir() else "file" if model.is_file() else "other"
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        problems.add("model", f"cannot use {short(value)}: {reason}")
+        return None
+    if kind == "missing":
         problems.add("model", f"file not found: {model}")
         return None
-    if model.is_dir():
+    if kind == "dir":
         problems.add("model", f"is a directory, expected a .py file: {model}")
         return None
-    if not model.is_file():
+    if kind != "file":
         problems.add("model", f"not a regular file: {model}")
         return None
     if model.suffix != ".py":
@@ -562,6 +568,8 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         return JobCheck(tuple(problems.lines), name=name)
 
     merged = {**_DEFAULTS, **values}
+    if "consecutive" not in values:  # the default never asks for more epochs than the job may train
+        merged["consecutive"] = min(merged["consecutive"], merged["max_epochs"])
     spec = JobSpec(
         name=merged["name"],
         source=source,

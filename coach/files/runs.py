@@ -53,24 +53,24 @@ def read_records(path: Path, *, allow_torn_tail: bool = False) -> list[tuple[int
     lines = data.split(b"\n")
     if allow_torn_tail and lines and lines[-1]:
         lines = lines[:-1]
-    records = []
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise RunInputError(f"{path}: (line {number}): not UTF-8 text (byte {error.start})") from None
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise RunInputError(f"{path}: (line {number}): not JSON: {error.msg}") from None
-        except (ValueError, RecursionError) as error:  # e.g. an integer of 5,000 digits, or [[[[...]]]]
-            raise RunInputError(f"{path}: (line {number}): not JSON: {type(error).__name__}") from None
-        if not isinstance(record, dict):
-            raise RunInputError(f"{path}: (line {number}): expected a JSON object")
-        records.append((number, record))
-    return records
+    return [(number, parsed_line(path, number, raw)) for number, raw in enumerate(lines, start=1) if raw.strip()]
+
+
+def parsed_line(path: Path, number: int, raw: bytes) -> dict:
+    """Line `number` of a JSON-lines log as its object; RunInputError naming the file and the line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RunInputError(f"{path}: (line {number}): not UTF-8 text (byte {error.start})") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RunInputError(f"{path}: (line {number}): not JSON: {error.msg}") from None
+    except (ValueError, RecursionError) as error:  # e.g. an integer of 5,000 digits, or [[[[...]]]]
+        raise RunInputError(f"{path}: (line {number}): not JSON: {type(error).__name__}") from None
+    if not isinstance(record, dict):
+        raise RunInputError(f"{path}: (line {number}): expected a JSON object")
+    return record
 
 
 def read_json(path: Path) -> Any:
@@ -202,15 +202,21 @@ def check_record(record: Mapping[str, Any]) -> tuple[str, str] | None:
 def checked_records(path: Path, *, allow_torn_tail: bool = False,
                     keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
     """read_records, then check_record on every record `keep` selects; RunInputError at the first problem."""
-    records = []
-    for number, record in read_records(path, allow_torn_tail=allow_torn_tail):
-        if not keep(record):
-            continue
-        problem = check_record(record)
-        if problem is not None:
-            raise RunInputError(f"{path}: (line {number}): {problem[0]}: {problem[1]}")
-        records.append(record)
-    return records
+    return [checked(path, number, record) for number, record in read_records(path, allow_torn_tail=allow_torn_tail)
+            if keep(record)]
+
+
+def checked(path: Path, number: int, record: dict) -> dict:
+    """`record` (line `number` of `path`) when check_record finds nothing wrong; else RunInputError naming it."""
+    problem = check_record(record)
+    if problem is not None:
+        raise RunInputError(f"{path}: (line {number}): {problem[0]}: {problem[1]}")
+    return record
+
+
+def checked_line(path: Path, number: int, raw: bytes) -> dict:
+    """One raw line of a log, parsed and checked (a reader that streams a large log keeps only what it needs)."""
+    return checked(path, number, parsed_line(path, number, raw))
 
 
 # --------------------------------------------------------------------------- summary.json

@@ -220,6 +220,9 @@ class JobLifecycle:
     def _on_stop(self, event: ev.StopRequested) -> list[cmd.Command]:
         self.stop_requested = self.stop_requested or event.reason
         if self.awaiting in (Awaiting.DEPLOY, Awaiting.EPOCH):
+            if self.stop_requested == USER_STOP:  # it ends the step first: say so meanwhile
+                self._show(self.phase, f"stopping once its {'deploy' if self.awaiting == Awaiting.DEPLOY else 'step'}"
+                                       " in flight ends")
             return []  # an interrupt cancels what is in flight, a user's stop lets it end: either event ends the job
         return self._finish(event.now_s, self.stop_requested)
 

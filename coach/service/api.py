@@ -13,16 +13,18 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coach.service.session import JobExists, NotRunning, RunInputError, ServedRun, UnknownJob
-from coach.service.submission import checked_submission
+from coach.service.session import MAX_RECORDS, JobExists, NotRunning, RunInputError, ServedRun, UnknownJob
+from coach.service.submission import checked_submission, usable_models
 
 PAGE = Path(__file__).parent / "page"
 SSE_POLL_S = 0.25  # how often an event stream looks for news
 SSE_HEARTBEAT_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+MAX_PROBLEMS = 50  # a 422 lists at most this many problems, then says how many more there were
 
 SUBMIT_EXAMPLE = {"name": "lenet-web", "model": "lenet.py", "batch_size": 64, "optimizer": "sgd",
                   "learning_rate": 0.05, "target_loss": 0.3, "max_epochs": 3, "budget": 0.05, "workers": 1,
@@ -36,16 +38,31 @@ def _problem(line: str) -> dict:
     return {"loc": ["body", field], "msg": line, "type": "value_error"}
 
 
+def _invalid(lines: Sequence[str]) -> JSONResponse:
+    shown = list(lines[:MAX_PROBLEMS])
+    if len(lines) > MAX_PROBLEMS:
+        shown.append(f"request: (file): {len(lines) - MAX_PROBLEMS} more problems not listed")
+    return JSONResponse({"detail": [_problem(line) for line in shown]}, 422)
+
+
 def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
-    app = FastAPI(title="Coach", version="1",
+    app = FastAPI(title="Coach", version="1", redirect_slashes=False,
                   description="Submit deep-learning training jobs, follow them live, stop them. The results "
                               "folder is the single record; every job's log is its JSON lines.")
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
 
-    def job_or_404(name: str) -> dict:
+    @app.exception_handler(StarletteHTTPException)
+    async def one_line(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        """Every error names its endpoint: `PATH: what is wrong` (a route's own message already does)."""
+        detail = str(error.detail)
+        if not detail.startswith("/"):
+            detail = f"{request.method} {request.url.path}: {detail.lower()}"
+        return JSONResponse({"detail": detail}, error.status_code, headers=getattr(error, "headers", None))
+
+    def job_or_404(name: str, endpoint: str) -> dict:
         job = served.board.job(name)
         if job is None:
-            raise HTTPException(404, f"/api/jobs/{name}: no job {name!r} in run {served.run_id}")
+            raise HTTPException(404, f"{endpoint}: no job {name!r} in run {served.run_id}")
         return job
 
     @app.get("/", include_in_schema=False)
@@ -60,10 +77,14 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError as error:
-            return JSONResponse({"detail": [_problem(f"request: (file): not UTF-8 text (byte {error.start})")]}, 422)
-        spec, problems = checked_submission(text, model_folders)
+            return _invalid([f"request: (file): not UTF-8 text (byte {error.start})"])
+        # parsing and the model check take CPU: off the event loop, so that pages and event streams go on
+        spec, problems = await asyncio.to_thread(checked_submission, text, model_folders)
         if spec is None:
-            return JSONResponse({"detail": [_problem(line) for line in problems]}, 422)
+            return _invalid(problems)
+        refused = served.refused(spec)
+        if refused is not None:
+            return _invalid([f"request: {refused}"])
         try:
             await asyncio.to_thread(served.submit, spec)
         except JobExists as error:
@@ -76,22 +97,22 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
     def jobs() -> dict:
         return {"run_id": served.run_id, "jobs": served.board.jobs()}
 
-    @app.get("/api/jobs/{name}", summary="One job's status and its log's records",
+    @app.get("/api/jobs/{name}", summary="One job's status and records `start` .. `start + limit - 1` of its log",
              responses={404: {"description": "no such job"}})
-    def job(name: str) -> dict:
-        status = job_or_404(name)
+    def job(name: str, start: int = Query(0, ge=0), limit: int = Query(MAX_RECORDS, ge=1, le=MAX_RECORDS)) -> dict:
+        status = job_or_404(name, f"/api/jobs/{name}")
         try:
-            records = served.records(name)
+            records, total = served.records(name, start, limit)
         except UnknownJob as error:
             raise HTTPException(404, f"/api/jobs/{name}: {error}") from None
         except RunInputError as error:
             raise HTTPException(500, f"/api/jobs/{name}: {error}") from None
-        return {"status": status, "records": records}
+        return {"status": status, "records": records, "start": start, "total": total}
 
     @app.post("/api/jobs/{name}/stop", status_code=202, summary="Stop a job for good; its log is kept",
               responses={404: {"description": "no such job"}, 409: {"description": "the job has finished"}})
     async def stop(name: str) -> dict:
-        job_or_404(name)
+        job_or_404(name, f"/api/jobs/{name}/stop")
         try:
             answer = await asyncio.to_thread(served.stop, name)
         except UnknownJob as error:
@@ -112,9 +133,8 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
 
     @app.get("/api/models", summary="Model files a job may name (relative to the server's model folders)")
     def models() -> dict:
-        found = sorted({str(path.relative_to(folder)) for folder in model_folders if folder.is_dir()
-                        for path in folder.rglob("*.py")})
-        return {"folders": [str(folder) for folder in model_folders], "models": found, "example": SUBMIT_EXAMPLE}
+        return {"folders": [str(folder) for folder in model_folders], "models": usable_models(model_folders),
+                "example": SUBMIT_EXAMPLE}
 
     @app.get("/api/events", summary="Server-sent events: a `board` event with every job and node on each change")
     async def events(request: Request) -> StreamingResponse:

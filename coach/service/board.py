@@ -1,7 +1,7 @@
 """What `coach serve` shows: every job's latest status, its functions and where they run. Thread-safe.
 
 The driver's loop thread writes (through the view, the observed placement and the logs); HTTP handlers read
-snapshots. `version` grows with every change, so a live page asks for news only when there is some.
+snapshots. `version` grows with every change, so an event stream sends news only when there is some.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ class Board:
     def __init__(self, cluster: ClusterSpec):
         self.cluster = cluster
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._version = 0
         self._jobs: dict[str, dict] = {}  # job -> its latest status as plain data, in submission order
         self._functions: dict[str, dict] = {}  # function name -> {"job", "role", "node" (None while pending)}
@@ -29,15 +28,8 @@ class Board:
         with self._lock:
             return self._version
 
-    def wait(self, after: int, timeout_s: float) -> int:
-        """Block until the version passes `after` (or the timeout); returns the version."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._version > after, timeout=timeout_s)
-            return self._version
-
     def _bump(self) -> None:
         self._version += 1
-        self._changed.notify_all()
 
     def show(self, status: JobStatus) -> None:
         with self._lock:

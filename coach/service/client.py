@@ -34,13 +34,15 @@ class Client:
         try:
             body = answer.json()
         except ValueError:
-            body = {"detail": answer.text[:200]}
+            body = None
+        if not isinstance(body, dict):  # not JSON, or not an object: whatever answered is not Coach
+            raise ClientError(f"{url}: not a Coach server's answer (HTTP {answer.status_code})")
         if answer.status_code >= 400:
-            detail = body.get("detail") if isinstance(body, dict) else body
+            detail = body.get("detail")
             if isinstance(detail, list):  # validation: one line per problem
-                lines = [d.get("msg", str(d)) if isinstance(d, dict) else str(d) for d in detail]
-                raise ClientError("\n".join(lines), bad_input=True)
-            raise ClientError(f"{detail} (HTTP {answer.status_code})",
+                lines = [str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail]
+                raise ClientError("\n".join(" ".join(line.split())[:400] for line in lines), bad_input=True)
+            raise ClientError(f"{' '.join(str(detail).split())[:400]} (HTTP {answer.status_code})",
                               bad_input=answer.status_code in (400, 404, 409, 413, 422))
         return body
 

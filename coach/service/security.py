@@ -8,10 +8,12 @@ app sees it, so no handler holds more than that.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
 
+BODY_TIMEOUT_S = 30.0  # a client that has not sent its whole body by then is answered 408
 PUBLIC_PATHS = ("/", "/favicon.ico")
 PUBLIC_PREFIXES = ("/static/",)
 
@@ -35,51 +37,68 @@ async def _answer(send, status: int, detail: str, headers: list[tuple[bytes, byt
 
 
 class Guard:
-    def __init__(self, app, token: str | None, max_body_bytes: int):
+    def __init__(self, app, token: str | None, max_body_bytes: int, body_timeout_s: float | None = None):
         self.app, self.max_body_bytes = app, max_body_bytes
-        self._expected = f"Bearer {token}".encode() if token else None
+        self.body_timeout_s = BODY_TIMEOUT_S if body_timeout_s is None else body_timeout_s
+        self._token = token.encode() if token else None
 
-    def _allowed(self, scope) -> bool:
-        if self._expected is None:
-            return True
+    def _refusal(self, scope) -> str | None:
+        """Why this request may not go on (no or a wrong token), or None."""
+        if self._token is None:
+            return None
         path = scope.get("path", "")
         if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
-            return True
-        given = dict(scope.get("headers") or []).get(b"authorization", b"")
-        return hmac.compare_digest(given, self._expected)
+            return None
+        given = [value for name, value in scope.get("headers") or [] if name == b"authorization"]
+        if not given:
+            return f"{path}: a bearer token is required (Authorization: Bearer TOKEN)"
+        scheme, _, credentials = given[0].partition(b" ")
+        # the scheme is case-insensitive (RFC 7235); one Authorization header only
+        if len(given) > 1 or scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), self._token):
+            return f"{path}: the bearer token is not this server's"
+        return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if not self._allowed(scope):
-            return await _answer(send, 401, f"{scope.get('path')}: a bearer token is required "
-                                            "(Authorization: Bearer TOKEN)", [(b"www-authenticate", b"Bearer")])
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            return await _answer(send, 401, refusal, [(b"www-authenticate", b"Bearer")])
+        path = scope.get("path")
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return await _answer(send, 413, f"{scope.get('path')}: request body larger than "
-                                            f"{self.max_body_bytes} bytes")
+            return await _answer(send, 413, f"{path}: request body larger than {self.max_body_bytes} bytes")
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        try:
+            body = await asyncio.wait_for(self._body(receive), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            return await _answer(send, 408, f"{path}: the request body did not arrive within "
+                                            f"{self.body_timeout_s:g} s")
+        if body is None:  # the client went away
+            return None
+        if len(body) > self.max_body_bytes:
+            return await _answer(send, 413, f"{path}: request body larger than {self.max_body_bytes} bytes")
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    async def _body(self, receive) -> bytes | None:
+        """The whole body, or as much as shows it is too large (one byte over the limit); None on a disconnect."""
         chunks, size = [], 0
-        if scope.get("method") in ("POST", "PUT", "PATCH"):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    return await _answer(send, 413, f"{scope.get('path')}: request body larger than "
-                                                    f"{self.max_body_bytes} bytes")
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-            body, replayed = b"".join(chunks), False
-
-            async def replay():
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            return await self.app(scope, replay, send)
-        return await self.app(scope, receive, send)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > self.max_body_bytes or not message.get("more_body", False):
+                return b"".join(chunks)

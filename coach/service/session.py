@@ -8,6 +8,7 @@ Side effects: the run folder, function hosts (through the ports), one driver thr
 
 from __future__ import annotations
 
+import fcntl
 import json
 import threading
 import time
@@ -16,18 +17,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from coach.app.run import (LoadedRun, ResumeError, RunConfig, cluster_view, first_event, live_ports, load_run,
-                           manifest_dict, new_lifecycle, summary_extra)
+from coach.app.learned import RUN_POLICIES
+from coach.app.run import (LoadedRun, ResumeError, RunConfig, RunFolderError, check_run_folder, cluster_view,
+                           first_event, live_ports, load_run, manifest_dict, new_lifecycle, summary_extra)
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
 from coach.domain.records import JobOutcome, iso, summary_dict
 from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver
-from coach.files.runs import RunInputError, checked_records
+from coach.files.runs import RunInputError, checked_line
 from coach.lifecycle.job import NORMAL_ENDINGS, USER_STOP, JobLifecycle
 from coach.policy.history import fill_outcome
-from coach.policy.run_policy import POLICIES
 from coach.ports import Platform
 from coach.service.board import Board
 from coach.service.metrics import ServiceMetrics
@@ -35,6 +36,8 @@ from coach.service.observed import BoardView, ObservedLog, ObservedPlacement
 from coach.storage.results import ResultLog, new_run_id, write_json_atomic
 
 POINTER = "service.json"  # in the results folder: which run the server serves
+LOCK = "service.lock"  # in the results folder: held by the one server that serves it
+MAX_RECORDS = 1000  # records one request may read of a job's log (memory stays bounded for any log)
 CALL_TIMEOUT_S = 30.0  # how long a request waits for the driver's loop to take its job or stop
 DRIVER_THREADS = 64  # deploys, epochs and removals in flight at once, over every job
 
@@ -49,6 +52,14 @@ class UnknownJob(Exception):
 
 class NotRunning(Exception):
     """The server is stopping (or its run could not start): it takes no more jobs."""
+
+
+class Unservable(Exception):
+    """The results folder cannot be served: one line per problem (`PATH: FIELD: what is wrong`)."""
+
+    def __init__(self, lines):
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
 
 
 @dataclass(frozen=True)
@@ -73,8 +84,15 @@ class ServedRun:
 
     # -- starting and stopping ----------------------------------------------------------------------------------
     def start(self) -> None:
-        """Open (or create) the served run and start its driver; ResumeError when the served run cannot go on."""
-        loaded = self._served_run()
+        """Open (or create) the served run and start its driver; Unservable when it cannot go on."""
+        self._lock_folder()
+        try:
+            loaded = self._served_run()
+        except (ResumeError, RunFolderError, OSError) as error:
+            self._stack.close()
+            lines = error.lines if isinstance(error, RunFolderError) else [str(error)] \
+                if not isinstance(error, OSError) else [f"--results: {self.results_root}: {error.strerror or error}"]
+            raise Unservable(lines) from None
         self.resumed = loaded is not None
         if loaded is None:
             loaded = self._new_run()
@@ -92,7 +110,7 @@ class ServedRun:
                                                      BoardView(self.board), self.sinks))
         ports = replace(ports, placement=ObservedPlacement(ports.placement, self.board, self.metrics))
         lifecycles = [new_lifecycle(spec, self.run_id, self.cluster, self.config) for spec, _ in loaded.pending]
-        self.driver = OpenDriver(lifecycles, POLICIES[self.config.policy], cluster_view(self.cluster), ports,
+        self.driver = OpenDriver(lifecycles, RUN_POLICIES[self.config.policy], cluster_view(self.cluster), ports,
                                  ThreadFanOut(), self._finished, stop_event=self._stop, threads=DRIVER_THREADS)
         first = [(spec.name, first_event(history, time.time())) for spec, history in loaded.pending]
         self._write_summary()
@@ -125,16 +143,33 @@ class ServedRun:
         return self._thread is not None and self._thread.is_alive() and not self._closing
 
     # -- the served run's folder ------------------------------------------------------------------------------
+    def _lock_folder(self) -> None:
+        """One server per results folder: two would each rewrite run.json from their own memory."""
+        try:
+            self.results_root.mkdir(parents=True, exist_ok=True)
+            handle = open(self.results_root / LOCK, "a")
+        except OSError as error:
+            raise Unservable([f"--results: {self.results_root}: {error.strerror or error}"]) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise Unservable([f"--results: {self.results_root}: another `coach serve` serves this folder "
+                              f"(it holds {LOCK})"]) from None
+        self._stack.callback(handle.close)  # closing the file releases the lock
+
     def _served_run(self) -> LoadedRun | None:
         pointer = self.results_root / POINTER
         if not pointer.exists():
             return None
         try:
-            run_id = json.loads(pointer.read_text())["run_id"]
-            if not isinstance(run_id, str) or not run_id or "/" in run_id or run_id.startswith("."):
-                raise ValueError(f"not a run id: {run_id!r}")
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            data = json.loads(pointer.read_text())
+            run_id = data.get("run_id") if isinstance(data, dict) else None
+            if not isinstance(run_id, str) or not run_id or "/" in run_id or run_id.startswith(".") or "\0" in run_id:
+                raise ValueError(f"expected the name of a run folder, got {str(run_id)[:80]!r}")
+        except (OSError, ValueError) as error:
             raise ResumeError(f"{pointer}: run_id: not a served run's pointer ({error})") from None
+        check_run_folder(self.results_root / run_id)
         return load_run(self.results_root / run_id)
 
     def _new_run(self) -> LoadedRun:
@@ -160,6 +195,11 @@ class ServedRun:
         self._write_summary()
 
     # -- what clients ask for -------------------------------------------------------------------------------
+    def refused(self, spec: JobSpec) -> str | None:
+        """Why the run's policy cannot run this job (`FIELD: problem`), or None."""
+        problem = RUN_POLICIES[self.config.policy].check(spec)
+        return None if problem is None else f"{problem} (the server's policy is {self.config.policy})"
+
     def submit(self, spec: JobSpec) -> None:
         """Add the job to run.json, then to the running driver. JobExists, NotRunning."""
         with self._lock:
@@ -195,17 +235,31 @@ class ServedRun:
         self.driver.stop(name, USER_STOP)
         return False
 
-    def records(self, name: str) -> list[dict]:
-        """The job's log as it is on disk. UnknownJob; RunInputError when a line is not a record."""
+    def records(self, name: str, start: int = 0, limit: int = MAX_RECORDS) -> tuple[list[dict], int]:
+        """Records start .. start + limit - 1 of the job's log as it is on disk, and how many it holds; one
+        pass over the file, holding only those. UnknownJob; RunInputError when one of them is not a record."""
         with self._lock:
             if name not in self.outcomes:
                 raise UnknownJob(f"no job {name!r} in run {self.run_id}")
         log = self.run_dir / f"{name}.jsonl"
-        return checked_records(log, allow_torn_tail=True) if log.exists() else []
+        return window_of_log(log, start, min(limit, MAX_RECORDS)) if log.exists() else ([], 0)
 
     def summary(self) -> dict:
         with self._lock:
             return summary_dict(self.run_id, self.started_s, self.outcomes, summary_extra(self.cluster, self.config))
+
+
+def window_of_log(log: Path, start: int, limit: int) -> tuple[list[dict], int]:
+    """Records start .. start + limit - 1 of a JSON-lines log (a torn last line is not one) and how many it holds."""
+    records, total = [], 0
+    with open(log, "rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip() or not line.endswith(b"\n"):
+                continue
+            if start <= total < start + limit:
+                records.append(checked_line(log, number, line))
+            total += 1
+    return records, total
 
 
 def _status_of(spec: JobSpec, outcome: JobOutcome) -> JobStatus:
@@ -217,4 +271,4 @@ def _status_of(spec: JobSpec, outcome: JobOutcome) -> JobStatus:
                      cost=outcome.total_cost, budget=spec.budget, message=reason or "")
 
 
-__all__ = ["ServedRun", "JobExists", "UnknownJob", "NotRunning", "StopAnswer", "ResumeError", "RunInputError"]
+__all__ = ["ServedRun", "JobExists", "UnknownJob", "NotRunning", "Unservable", "StopAnswer", "RunInputError"]

@@ -22,11 +22,33 @@ def inside(path: Path, folders: Sequence[Path]) -> bool:
     return any(real.is_relative_to(os.path.realpath(folder)) for folder in folders)
 
 
+def usable_models(folders: Sequence[Path], limit: int = 200) -> list[str]:
+    """Model files a job may name, relative to their folder: regular .py files whose real path is inside."""
+    found: set[str] = set()
+    for folder in folders:
+        try:
+            for path in sorted(folder.rglob("*.py")):
+                if len(found) >= limit:
+                    break
+                if inside(path, folders) and Path(os.path.realpath(path)).is_file():
+                    found.add(str(path.relative_to(folder)))
+        except OSError:  # a folder that went away, or a loop of links: list what was found
+            continue
+    return sorted(found)
+
+
 def model_vet(folders: Sequence[Path]):
     def vet(data: Mapping) -> tuple[Mapping | None, list[tuple[str, str]]]:
         model = data.get("model")
         if not isinstance(model, str) or not model.strip():
             return data, []  # the job check says what is wrong with it
+        try:
+            return _resolved(data, model)
+        except (OSError, ValueError) as error:  # a name too long, a NUL byte, a loop of links
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            return None, [("model", f"cannot use {model[:100]!r}: {reason}")]
+
+    def _resolved(data: Mapping, model: str) -> tuple[Mapping | None, list[tuple[str, str]]]:
         given = Path(model)
         candidates = [given] if given.is_absolute() else [folder / given for folder in folders]
         for candidate in candidates:

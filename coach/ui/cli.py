@@ -109,43 +109,13 @@ def _results_folder(option: str, folder: str) -> None:
 
 
 def _check_resume(run_dir: Path) -> dict:
-    """The run's manifest (run.json), or BadInput naming the first problems of a run folder, before resume_run
-    reads (or cuts) anything in it.
+    """The run's manifest, or BadInput naming the first problems of the run folder (coach.app.run)."""
+    from coach.app.run import RunFolderError, check_run_folder
 
-    The manifest is checked as job and cluster files are (a model file that is not where the manifest says is
-    left to resume_run, which looks for it); every log line of every job as `coach plan` checks a history (a torn
-    last line excepted: resume cuts it). summary.json and the checkpoints are resume_run's to judge.
-    """
-    from coach.app.compose import PLACEMENTS, PLATFORMS
-    from coach.files.limits import FileTooLarge, NotRegularFile
-    from coach.files.runs import RunInputError, check_run_manifest, checked_records, read_json
-    from coach.policy.history import history_from_records
-    from coach.policy.run_policy import POLICIES
-
-    manifest_path = run_dir / "run.json"
     try:
-        manifest = read_json(manifest_path)
-    except (FileTooLarge, NotRegularFile) as error:
-        raise BadInput([f"{manifest_path}: (file): {error}"]) from None
-    except OSError as error:
-        raise BadInput([f"{manifest_path}: (file): {error.strerror or error}"]) from None
-    except ValueError as error:
-        raise BadInput([f"{manifest_path}: (file): not a Coach run manifest ({error})"]) from None
-    lines = check_run_manifest(manifest, str(manifest_path), schedulers=PROFILES, policies=POLICIES,
-                               platforms=PLATFORMS, placements=PLACEMENTS)
-    if lines:
-        raise BadInput(lines)
-    for job in manifest["jobs"]:
-        log = run_dir / f"{job['name']}.jsonl"
-        if not log.exists():
-            continue
-        try:
-            history_from_records(checked_records(log, allow_torn_tail=True))
-        except RunInputError as error:
-            raise BadInput([str(error)]) from None
-        except (KeyError, TypeError, ValueError) as error:  # a combination of lines no check foresaw
-            raise BadInput([f"{log}: (file): cannot rebuild the job's history: {type(error).__name__}"]) from None
-    return manifest
+        return check_run_folder(run_dir)
+    except RunFolderError as error:
+        raise BadInput(error.lines) from None
 
 
 def store_url(text: str) -> str:
@@ -254,7 +224,7 @@ def cmd_run(args) -> int:
     from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
     scheduler = args.scheduler or cluster.scheduler or "gang"
-    from coach.policy.run_policy import POLICIES
+    from coach.app.learned import RUN_POLICIES as POLICIES
 
     refused = [f"{spec.source}: {problem}" for spec in specs
                if (problem := POLICIES[args.policy].check(spec)) is not None]
@@ -361,7 +331,7 @@ def cmd_bench_kube_scheduler(args) -> int:
 
 
 def _policies():
-    from coach.policy.run_policy import POLICIES
+    from coach.app.learned import RUN_POLICIES as POLICIES
 
     return POLICIES
 

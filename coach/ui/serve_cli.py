@@ -15,10 +15,10 @@ TOKEN_ENV = "COACH_TOKEN"
 
 
 def cmd_serve(args) -> int:
-    from coach.app.run import ResumeError, RunConfig
+    from coach.app.run import RunConfig
     from coach.service.security import is_loopback
     from coach.service.server import Listen, bind, serve
-    from coach.service.session import ServedRun
+    from coach.service.session import ServedRun, Unservable
     from coach.ui.cli import _check_store, _inputs, _results_folder, _site, say_cluster
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
@@ -41,13 +41,16 @@ def cmd_serve(args) -> int:
     try:
         sock = bind(listen)
     except OSError as error:
-        return fail([f"--port: cannot listen on {args.host}:{args.port} ({error.strerror or error})"])
+        import errno
+
+        option = "--port" if error.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        return fail([f"{option}: cannot listen on {args.host}:{args.port} ({error.strerror or error})"])
     served = ServedRun(Path(args.results), cluster, config)
     try:
         served.start()
-    except ResumeError as error:
+    except Unservable as error:
         sock.close()
-        return fail([str(error)])
+        return fail(error.lines)
     if served.resumed:
         print(f"coach serve: resuming run {served.run_id} (its cluster and configuration are the manifest's)")
     say_cluster(served.cluster)
@@ -84,11 +87,12 @@ def cmd_status(args) -> int:
     try:
         answer = _client(args).jobs()
         statuses = {job["job"]: JobStatus(**job) for job in answer["jobs"]}
+        table = status_table(statuses, f"run {answer.get('run_id')} at {args.server}")
     except ClientError as error:
         return _client_failed(error)
-    except (KeyError, TypeError) as error:
-        return _unreachable(f"{args.server}/api/jobs: not a Coach server's answer ({error})")
-    _console().print(status_table(statuses, f"run {answer.get('run_id')} at {args.server}"))
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return _unreachable(f"{args.server}/api/jobs: not a Coach server's answer ({type(error).__name__})")
+    _console().print(table)
     return 0
 
 

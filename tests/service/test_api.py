@@ -193,3 +193,72 @@ def test_the_page_is_served_with_its_script(serve):
 
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert 'src="/static/page.js"' in page.text and "/api/events" in script.text
+
+
+def test_a_job_the_servers_policy_cannot_run_is_a_422(serve):
+    server = serve()  # the static policy: every job must fix its counts
+
+    answer = server.post("/api/jobs", job_text("dynamic", workers=None, servers=None).replace("workers: None\n", "")
+                         .replace("servers: None\n", ""))
+
+    assert answer.status_code == 422
+    assert answer.json()["detail"][0]["loc"] == ["body", "workers"]
+    assert "static policy" in answer.json()["detail"][0]["msg"]
+
+
+def test_a_jobs_records_come_in_windows_so_a_long_log_never_comes_whole(serve):
+    server = serve(epoch_s=0.0)
+    server.post("/api/jobs", job_text("pages", max_epochs=30))
+    wait_for(lambda: server.phase("pages") == "done", 30, "job pages to finish")
+    whole = read_log(server.served.run_dir / "pages.jsonl")
+
+    first = server.get("/api/jobs/pages", params={"limit": 10}).json()
+    rest = server.get("/api/jobs/pages", params={"start": 10}).json()
+    beyond = server.get("/api/jobs/pages", params={"start": 10_000}).json()
+
+    assert first["total"] == rest["total"] == len(whole) == 30
+    assert first["records"] + rest["records"] == whole
+    assert beyond["records"] == [] and beyond["total"] == len(whole)
+    too_many = server.get("/api/jobs/pages", params={"limit": 10**6})
+    assert too_many.status_code == 422
+
+
+def test_model_paths_the_file_system_refuses_are_422_not_500(serve):
+    server = serve()
+    body = {"name": "n", "batch_size": 64, "optimizer": "sgd", "learning_rate": 0.05, "target_loss": 0.0,
+            "max_epochs": 1, "budget": 10.0, "workers": 1, "servers": 1}
+
+    too_long = server.post("/api/jobs", json.dumps({**body, "model": "x" * 5000 + ".py"}))
+    nul = server.post("/api/jobs", json.dumps({**body, "model": "lenet.py\u0000x"}))
+
+    for answer in (too_long, nul):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"][0]["loc"] == ["body", "model"]
+
+
+def test_a_422_lists_at_most_fifty_problems(serve):
+    server = serve()
+
+    answer = server.post("/api/jobs", job_text("many") + "".join(f"unknown_{i}: 1\n" for i in range(300)))
+
+    detail = answer.json()["detail"]
+    assert answer.status_code == 422 and len(detail) == 51
+    assert "250 more problems not listed" in detail[-1]["msg"]
+
+
+def test_errors_of_unknown_paths_and_methods_name_the_endpoint(serve):
+    server = serve()
+
+    for answer, status in ((server.get("/api/nothing"), 404), (server.get("/api/jobs/x/stop"), 405),
+                           (server.post("/api/jobs/"), 404), (server.post("/api/jobs/a%2Fb/stop"), 404)):
+        assert answer.status_code == status
+        assert answer.json()["detail"].startswith(("GET /api/", "POST /api/", "/api/"))
+
+
+def test_only_usable_model_files_are_offered(serve, tmp_path):
+    server = serve()
+
+    models = server.get("/api/models").json()
+
+    assert "lenet.py" in models["models"] and "resnet18.py" in models["models"]
+    assert models["example"]["model"] in models["models"]

@@ -53,3 +53,26 @@ def test_client_errors_are_one_line(serve, tmp_path, capsys):
     assert main(["status", "--server", "http://127.0.0.1:9"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot reach the server" in err
+
+
+def test_clients_facing_something_that_is_not_coach_say_so_in_one_line(tmp_path, capsys):
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # its lines would mix with the client's stderr
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{other.server_address[1]}"
+    job = tmp_path / "job.yaml"
+    job.write_text(job_text("x"))
+    try:
+        for argv in (["status"], ["submit", str(job)], ["stop", "x"]):
+            assert main([*argv, "--server", url]) == 1
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "not a Coach server's answer" in err
+    finally:
+        other.shutdown()
+        other.server_close()

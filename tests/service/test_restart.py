@@ -65,3 +65,20 @@ def test_a_pointer_to_no_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["serve", "--port", "0", "--results", str(results)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run.json" in err
+
+
+def test_a_tampered_manifest_is_refused_before_anything_is_written(serve, tmp_path, capsys):
+    results = tmp_path / "results"
+    first = serve(results=results)
+    first.post("/api/jobs", job_text("fine", max_epochs=1))
+    wait_for(lambda: first.phase("fine") == "done", 30, "the job to finish")
+    first.close()
+    manifest_path = first.served.run_dir / "run.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["jobs"][0]["name"] = "../../evil"
+    manifest_path.write_text(json.dumps(manifest))
+
+    assert main(["serve", "--port", "0", "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert "run.json: jobs[0].name:" in err
+    assert not list(tmp_path.rglob("evil*"))

@@ -53,3 +53,48 @@ def test_bad_serve_options_are_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert main(["serve", "--port", "0", "--results", str(tmp_path / "file")]) == 2
     assert "--results" in capsys.readouterr().err
+
+
+def test_the_scheme_is_case_insensitive_and_a_wrong_token_is_told_apart(serve):
+    server = serve(token="s3cret")
+
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        assert server.get("/api/jobs", headers={"Authorization": f"{scheme} s3cret"}).status_code == 200
+    wrong = server.get("/api/jobs", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and "not this server's" in wrong.json()["detail"]
+
+
+def test_two_authorization_headers_are_refused(serve):
+    import http.client
+
+    server = serve(token="s3cret")
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.putrequest("GET", "/api/jobs")
+    connection.putheader("Authorization", "Bearer nope")
+    connection.putheader("Authorization", "Bearer s3cret")
+    connection.endheaders()
+
+    assert connection.getresponse().status == 401
+    connection.close()
+
+
+def test_a_body_that_never_arrives_is_a_408(serve, monkeypatch):
+    import socket
+
+    monkeypatch.setattr("coach.service.security.BODY_TIMEOUT_S", 0.5)
+    server = serve()
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nname: a")
+        answer = sock.recv(4096).decode()
+
+    assert answer.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in answer
+
+
+def test_a_second_server_on_the_same_results_is_refused(serve, tmp_path, capsys):
+    serve(results=tmp_path / "results")
+
+    assert main(["serve", "--port", "0", "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another `coach serve` serves this folder" in err

@@ -1131,6 +1131,7 @@ def test_a_users_stop_lets_the_epoch_in_flight_finish_then_ends_the_job_for_good
     d = Driver()
     call = d.start_static(T0)
     assert d.send(StopRequested(T0 + 5, USER_STOP)) == []  # nothing is cancelled: the epoch runs on
+    assert d.lc.status().message == "stopping once its step in flight ends"
     out = d.send(epoch_done(call, T0 + 12, 0.75))
     assert out == [WriteRecord(trained(F21, epoch=1, loss=0.75, cost=COST_21, cumulative=15.0, end=T0 + 12,
                                        tag="epoch-0001")),

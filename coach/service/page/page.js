@@ -107,6 +107,7 @@ function polyline(svg, points, colour, box) {
   line.setAttribute("stroke", colour);
   line.setAttribute("stroke-width", "2");
   svg.append(line);
+  if (points.length > 100) return;  // dots only where they can be told apart
   for (const [x, y] of points) {
     const dot = document.createElementNS("http://www.w3.org/2000/svg", "circle");
     dot.setAttribute("cx", sx(x)); dot.setAttribute("cy", sy(y)); dot.setAttribute("r", "2.5");
@@ -125,20 +126,41 @@ function axisLabels(svg, box) {
   }
 }
 
+const MAX_POINTS = 500;  // a long log is drawn from every k-th point (the last one always)
+
+function thinned(points) {
+  if (points.length <= MAX_POINTS) return points;
+  const step = Math.ceil(points.length / MAX_POINTS);
+  return points.filter((_, i) => i % step === 0 || i === points.length - 1);
+}
+
 function chart(svg, series) {
   svg.replaceChildren();
+  series = series.map((s) => ({ ...s, points: thinned(s.points) }));
   const all = series.flatMap((s) => s.points);
   if (all.length === 0) return;
   const xs = all.map(([x]) => x), ys = all.map(([, y]) => y);
-  const box = [Math.min(...xs), Math.max(...xs), Math.min(0, ...ys), Math.max(...ys)];
+  const box = [xs.reduce((a, b) => Math.min(a, b)), xs.reduce((a, b) => Math.max(a, b)),
+               Math.min(0, ys.reduce((a, b) => Math.min(a, b))), ys.reduce((a, b) => Math.max(a, b))];
   axisLabels(svg, box);
   for (const s of series) polyline(svg, s.points, s.colour, box);
 }
 
+const logs = {};  // job -> the records read so far (a log only grows: each update reads what is new)
+
+async function recordsOf(name) {
+  const log = logs[name] || (logs[name] = []);
+  for (;;) {
+    const answer = await api(`/api/jobs/${encodeURIComponent(name)}?start=${log.length}`);
+    if (!answer.ok) return log;
+    const { records, total } = await answer.json();
+    log.push(...records);
+    if (records.length === 0 || log.length >= total) return log;
+  }
+}
+
 async function drawDetail(name) {
-  const answer = await api(`/api/jobs/${encodeURIComponent(name)}`);
-  if (!answer.ok) return;
-  const { records } = await answer.json();
+  const records = await recordsOf(name);
   const epochs = records.filter((r) => r.phase === "training");
   const steps = records.filter((r) => r.phase === "training" || r.phase === "calibration");
   $("detail-name").textContent = name;
