@@ -482,9 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     from coach.ui.analysis_cli import add_commands
     from coach.ui.serve_cli import add_commands as add_serve
     from coach.ui.simulate_cli import add_commands as add_simulate
+    from coach.ui.train_policy_cli import add_commands as add_train_policy
 
     add_simulate(sub, subparser, EXIT_CODES)
     add_serve(sub, subparser, EXIT_CODES, run_options)
+    add_train_policy(sub, subparser, EXIT_CODES)
     add_commands(sub, subparser, EXIT_CODES)
     return parser
 

@@ -52,6 +52,7 @@ def cmd_simulate(args) -> int:
     from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.simulator.apps import AppTraceError
+    from coach.simulator.policies.dl2 import ModelFileError
 
     results_dir = Path(args.results)
     problem = _results_problem(results_dir)
@@ -70,7 +71,7 @@ def cmd_simulate(args) -> int:
     started = time.perf_counter()
     try:
         outcome, count = simulate(settings, on_round)
-    except (WorkloadError, SimulationInputError, AppTraceError) as error:
+    except (WorkloadError, SimulationInputError, AppTraceError, ModelFileError) as error:
         return fail([str(error)])
     finally:
         if progress is not None:

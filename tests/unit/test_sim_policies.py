@@ -71,9 +71,9 @@ def gpus_of(grants) -> dict[str, int]:
     return {name: grant.gpus for name, grant in grants.items()}
 
 
-def test_the_registry_holds_exactly_the_nine_policies_and_only_fifo_is_rigid():
+def test_the_registry_holds_exactly_the_eleven_policies_and_only_fifo_is_rigid():
     assert sorted(POLICIES) == sorted(["fifo", "round-robin", "elastic-fifo", "drf", "tiresias", "optimus",
-                                       "pollux", "elastic-batch-dp", "coach"])
+                                       "pollux", "elastic-batch-dp", "coach", "dl2", "dl2-imitation"])
     assert {name: POLICIES[name](0).elastic for name in POLICIES} == {
         name: name != "fifo" for name in POLICIES}
 

@@ -2,12 +2,14 @@
 
 Each module holds one policy (or a family); all are pure decisions over a ClusterSnapshot (coach.simulator.view)
 and keep at most small deterministic state between rounds. None draws random numbers, so the seed is accepted
-for the common signature and ignored.
+for the common signature and ignored. `dl2` is a trained network (dl2/dl2_model.params), loaded when asked for; `dl2-imitation` the same training's
+network before its reinforcement learning.
 """
 
 from __future__ import annotations
 
 from coach.simulator.policies.coach_policy import coach
+from coach.simulator.policies.dl2 import dl2, dl2_imitation
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.elastic_batch_dp import elastic_batch_dp
 from coach.simulator.policies.fifo import elastic_fifo, fifo
@@ -27,6 +29,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "pollux": pollux,
     "elastic-batch-dp": elastic_batch_dp,
     "coach": coach,
+    "dl2": dl2,
+    "dl2-imitation": dl2_imitation,
 }
 
 __all__ = ["POLICIES"]

@@ -1,0 +1,44 @@
+"""DL2 (Peng et al., "DL2: A Deep Learning-driven Scheduler for Deep Learning Clusters", 2019) in Coach's simulator:
+a small actor-critic network, warmed up by imitating another policy's decisions and then trained by
+reinforcement learning in the simulator (coach.simulator.learn_dl2), that schedules by one-GPU-at-a-time actions.
+
+- features: a round's window of jobs and one decision's state as numbers, the legal actions (pure);
+- network: the MXNet Gluon actor-critic and its numpy forward pass;
+- policy: the `dl2` Policy, greedy on a trained model file.
+
+`dl2(seed)` (the registry's factory) imports MXNet only when called, so listing the policies stays cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The model shipped with Coach (trained by coach.simulator.learn_dl2; the command is in the README).
+DEFAULT_MODEL = Path(__file__).with_name("dl2_model.params")
+#: The same training's network after imitation only (before reinforcement learning), for comparison.
+IMITATION_MODEL = Path(__file__).with_name("dl2_imitation.params")
+
+
+class ModelFileError(ValueError):
+    """A DL2 model file that is missing or does not fit this network (one line, naming the file)."""
+
+
+def dl2(seed: int, model: Path = DEFAULT_MODEL):
+    """The `dl2` policy on `model` (greedy, so `seed` is unused). ModelFileError (a ValueError whose one line names
+    the file and says how to train one) when the file is missing or does not fit."""
+    del seed
+    from coach.simulator.policies.dl2.policy import load_policy
+
+    model = Path(model)
+    if not model.is_file():
+        raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --imitate drf "
+                             f"--workloads WORKLOAD.csv... --out {model}`")
+    return load_policy(model)
+
+
+def dl2_imitation(seed: int):
+    """The `dl2-imitation` policy: the shipped training's network before reinforcement learning."""
+    return dl2(seed, IMITATION_MODEL)
+
+
+__all__ = ["DEFAULT_MODEL", "IMITATION_MODEL", "ModelFileError", "dl2", "dl2_imitation"]

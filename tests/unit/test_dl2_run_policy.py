@@ -1,0 +1,109 @@
+"""`coach run --policy dl2`: the learned network deciding a live run's workers, the speed fit its servers, within
+the free slots and each job's money; fixed and uncalibrated jobs as under `coach`."""
+
+from __future__ import annotations
+
+import pytest
+
+from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, FittedApp
+from coach.model.speed_forms import fit_chosen
+from coach.policy.history import History
+from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
+from coach.simulator.policies.dl2.network import new_network
+from tests.unit.test_run_policy import CLUSTER, calibrated, spec
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "dl2.params"
+    new_network(seed=3).save_parameters(str(path))
+    return path
+
+
+def test_the_run_registry_offers_dl2_beside_the_pure_policies():
+    assert set(RUN_POLICIES) == {"coach", "static", "dl2"}
+
+
+def test_a_missing_model_is_a_one_line_check_problem(tmp_path):
+    policy = Dl2RunPolicy(tmp_path / "none.params")
+
+    problem = policy.check(spec("a"))
+
+    assert problem.startswith(f"policy: {tmp_path / 'none.params'}: ") and "\n" not in problem
+
+
+def test_workers_fit_the_free_slots_and_servers_the_job_limits(model):
+    policy = Dl2RunPolicy(model)
+    jobs = [JobView(spec(name, max_servers=2), calibrated(), 0, True) for name in ("a", "b", "c")]
+
+    decided = policy.decide(CLUSTER, jobs, 0.0)
+
+    assert set(decided) == {"a", "b", "c"}
+    counts = [d for d in decided.values() if isinstance(d, Counts)]
+    assert counts, decided
+    assert sum(c.workers + c.servers + 1 for c in counts) <= CLUSTER.total_slots
+    assert all(1 <= c.servers <= 2 and c.workers >= 1 and c.affordable for c in counts)
+    assert all(c.details["workers_by"] == "network" for c in counts)
+    assert all(isinstance(d, Wait) and d.reason.startswith("dl2:") for d in decided.values()
+               if not isinstance(d, Counts))
+
+
+def test_fixed_and_uncalibrated_jobs_are_decided_as_under_coach(model):
+    policy = Dl2RunPolicy(model)
+    jobs = [JobView(spec("fixed", 2, 1), History(), 0, True), JobView(spec("new"), History(), 0, True)]
+
+    decided = policy.decide(CLUSTER, jobs, 0.0)
+
+    assert decided["fixed"] == Counts(2, 1, True)
+    assert decided["new"] == Wait("no speed measured yet")
+    assert policy.calibration(spec("new")) == RUN_POLICIES["coach"].calibration(spec("new"))
+
+
+def test_an_epoch_the_money_left_cannot_pay_is_not_affordable(model):
+    policy = Dl2RunPolicy(model)
+    poor = JobView(spec("poor", budget=1e-6), calibrated(), 0, True)
+
+    decided = policy.decide(ClusterView(12, 0.0001), [poor], 0.0)["poor"]
+
+    assert isinstance(decided, Counts) and not decided.affordable
+
+
+def test_a_full_cluster_leaves_learned_jobs_waiting(model):
+    policy = Dl2RunPolicy(model)
+    holder = JobView(spec("holder", 8, 3), History(), 12, False)
+    waiting = JobView(spec("w"), calibrated(), 0, True)
+
+    assert isinstance(policy.decide(CLUSTER, [holder, waiting], 0.0)["w"], Wait)
+
+
+def test_the_fitted_app_picks_the_fastest_server_count_within_the_limit():
+    app = FittedApp("m", fit_chosen(calibrated().observations), max_servers=3, init_batch=64, max_batch=640,
+                    max_local_batch=64)
+
+    assert app.servers_for(3) == 1  # speed() of test_run_policy is best at one server
+    assert app.servers_for(3, limit=1) == 1
+    assert app.throughput(0, 0, 64) == 0.0 and app.throughput(3, 1, 64) > 0
+
+
+def test_a_run_under_dl2_calibrates_then_trains_every_job_with_the_shipped_model(tmp_path):
+    """`coach run --policy dl2` end to end over the simulated platform: the shipped network decides the workers."""
+    from coach.app.run import run_jobs
+    from coach.domain.cluster import DEFAULT_CLUSTER
+    from coach.storage.results import read_log
+    from tests.support import Scripted, factory
+    from tests.unit.test_resume import spec as sim_spec
+
+    jobs = [sim_spec(tmp_path, name, workers=None, servers=None, max_workers=4, max_servers=2, max_epochs=4)
+            for name in ("one", "two")]
+
+    report = run_jobs(jobs, DEFAULT_CLUSTER, tmp_path / "results", view="quiet", policy="dl2",
+                      platform_factory=factory(Scripted()))
+
+    assert report.exit_code == 0, report.summary
+    for job in jobs:
+        records = read_log(report.run_dir / f"{job.name}.jsonl")
+        trained = [r for r in records if r["phase"] == "training"]
+        assert [r["epoch"] for r in trained] == [1, 2, 3, 4]
+        assert all(r["decision"]["policy"] == "dl2" and 1 <= r["workers"] <= 4 and 1 <= r["servers"] <= 2
+                   for r in trained)
+        assert max(r["cumulative_cost"] for r in records) <= job.budget
