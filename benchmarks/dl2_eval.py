@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     for policy in POLICIES:
         jct = statistics.mean(stats[policy, n]["avg_jct_s"] for n in args.workloads) / 3600
         makespan = statistics.mean(stats[policy, n]["makespan_s"] for n in args.workloads) / 3600
-        table[policy] = {"avg_jct_h": round(jct, 3), "makespan_h": round(makespan, 2)}
+        table[policy] = {"avg_jct_h": jct, "makespan_h": makespan}
         print(f"| {policy} | {jct:.3f} | {makespan:.2f} |")
     print("\n| comparison | avg JCT change (ours) | DL2's published | per-workload p (Welch, jobs' JCT) |")
     print("|---|---|---|---|")
@@ -63,7 +63,10 @@ def main(argv=None) -> int:
         ps = []
         for n in args.workloads:
             folder = args.out / f"compare-{mine}-vs-{other}-workload-{n}"
-            coach("compare", str(runs[mine, n]), str(runs[other, n]), "--out", str(folder))
+            done = coach("compare", str(runs[mine, n]), str(runs[other, n]), "--out", str(folder))
+            if done.returncode != 0:
+                print(f"error: coach compare {mine} {other} on workload-{n}: {done.stderr.strip()}", file=sys.stderr)
+                return 1
             result = json.loads((folder / "compare.json").read_text()) if (folder / "compare.json").exists() else {}
             ps.append(_p_value(result))
         published = f"{PUBLISHED[other]:+.1%}" if mine == "dl2" and other in PUBLISHED else "-"

@@ -8,7 +8,8 @@ it in those terms, through its own measurements:
 - progress is counted in epochs (done of max_epochs), the batch is the job's own (DL2 does not tune batches);
 - the slots a job's scheduler and servers need are set aside before the network shares the rest as workers.
 Jobs whose file fixes the counts keep them, and a job runs an epoch only when its predicted cost fits the money
-it has left, as under every run-level policy. Pure apart from reading the model file once.
+it has left, as under every run-level policy. Pure apart from reading the model file once (kept, with no
+other state between rounds).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class Dl2RunPolicy:
         sim_jobs = tuple(_sim_job(job, apps[job.spec.name], workers_free, price) for job in learned)
         snapshot = ClusterSnapshot(now_s=0.0, node_gpus=(workers_free,), price_per_gpu_s=price, interval_s=ROUND_S,
                                    jobs=sim_jobs)
-        grants = self._policy().allocate(snapshot) if workers_free else {}
+        policy = self._policy()
+        policy.speeds.clear()  # its cache is keyed by app objects, which are new every round here
+        grants = policy.allocate(snapshot) if workers_free else {}
         spare = workers_free - sum(grant.gpus for grant in grants.values())
         for job in learned:
             if not job.asking:

@@ -24,6 +24,7 @@ from coach.service.submission import checked_submission, usable_models
 PAGE = Path(__file__).parent / "page"
 SSE_POLL_S = 0.25  # how often an event stream looks for news
 SSE_HEARTBEAT_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+JOB_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "application/json")
 MAX_PROBLEMS = 50  # a 422 lists at most this many problems, then says how many more there were
 
 SUBMIT_EXAMPLE = {"name": "lenet-web", "model": "lenet.py", "batch_size": 64, "optimizer": "sgd",
@@ -71,8 +72,19 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
 
     @app.post("/api/jobs", status_code=201, summary="Submit a job (a job file's YAML or JSON as the body)",
               responses={422: {"description": "the job is not valid; one line per problem, naming the field"},
-                         409: {"description": "a job of that name is in the run already"}})
+                         409: {"description": "a job of that name is in the run already"},
+                         413: {"description": "the body is larger than the server's --max-body"},
+                         415: {"description": "the body is not declared YAML or JSON"},
+                         503: {"description": "the server is stopping"}},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/yaml": {"schema": {"type": "string"}, "example": "".join(
+                      f"{key}: {value}\n" for key, value in SUBMIT_EXAMPLE.items())},
+                  "application/json": {"schema": {"type": "object"}, "example": SUBMIT_EXAMPLE}}}})
     async def submit(request: Request) -> dict:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in JOB_TYPES:  # a form another site's page could send (text/plain) is not a job
+            raise HTTPException(415, f"/api/jobs: send the job as application/yaml or application/json, not "
+                                     f"{kind or 'no Content-Type'}")
         raw = await request.body()
         try:
             text = raw.decode("utf-8-sig")
@@ -91,6 +103,9 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
             raise HTTPException(409, f"/api/jobs: {error}") from None
         except NotRunning as error:
             raise HTTPException(503, f"/api/jobs: {error}") from None
+        except (RuntimeError, TimeoutError):  # the run stopped while the job was being added: it is in run.json
+            raise HTTPException(503, f"/api/jobs: the server is stopping; job {spec.name!r} is recorded and starts "
+                                     "when the server starts again") from None
         return {"job": spec.name, "run_id": served.run_id}
 
     @app.get("/api/jobs", summary="Every job: phase, epoch, loss, counts, cost against budget, why it waits")
@@ -117,8 +132,9 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
             answer = await asyncio.to_thread(served.stop, name)
         except UnknownJob as error:
             raise HTTPException(404, f"/api/jobs/{name}/stop: {error}") from None
-        except NotRunning as error:
-            raise HTTPException(503, f"/api/jobs/{name}/stop: {error}") from None
+        except (NotRunning, RuntimeError, TimeoutError):
+            raise HTTPException(503, f"/api/jobs/{name}/stop: the server is stopping; its jobs stop with it") \
+                from None
         if answer.already_done:
             raise HTTPException(409, f"/api/jobs/{name}/stop: job {name!r} has finished already")
         return {"job": name, "stopping": True}

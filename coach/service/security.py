@@ -2,8 +2,11 @@
 
 On a loopback address no token is needed; elsewhere the server refuses to start without one, and every request
 but the page's shell (`/`, `/static/...`: no data) must carry `Authorization: Bearer TOKEN`, compared in constant
-time. Request bodies are read here, at most `max_body_bytes` of them: a larger one is answered 413 before the
-app sees it, so no handler holds more than that.
+time. Without a token, a request must name a loopback host (`Host`), so that a site whose name an attacker points
+at 127.0.0.1 (DNS rebinding) is refused; a request sent by another site's page (an `Origin` that is not this
+server's) is always refused, so a page the user visits cannot submit or stop jobs. Request bodies are read
+here, at most `max_body_bytes` of them: a larger one is answered 413 before the app sees it, so no handler holds
+more than that.
 """
 
 from __future__ import annotations
@@ -16,6 +19,13 @@ import json
 BODY_TIMEOUT_S = 30.0  # a client that has not sent its whole body by then is answered 408
 PUBLIC_PATHS = ("/", "/favicon.ico")
 PUBLIC_PREFIXES = ("/static/",)
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port (`[::1]:8765` -> `::1`)."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def is_loopback(host: str) -> bool:
@@ -58,9 +68,24 @@ class Guard:
             return f"{path}: the bearer token is not this server's"
         return None
 
+    def _foreign(self, scope) -> str | None:
+        """Why this request comes from somewhere it may not (another site's page, a rebound name), or None."""
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        origin = headers.get(b"origin")
+        path = scope.get("path", "")
+        if origin is not None and origin.decode("latin-1") not in (f"http://{host}", f"https://{host}"):
+            return f"{path}: requests from another site's page are refused (Origin {origin.decode('latin-1')[:100]})"
+        if self._token is None and not is_loopback(host_name(host)):
+            return f"{path}: Host {host[:100]!r} is not a loopback name (a server without a token answers only those)"
+        return None
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        foreign = self._foreign(scope)
+        if foreign is not None:
+            return await _answer(send, 403, foreign)
         refusal = self._refusal(scope)
         if refusal is not None:
             return await _answer(send, 401, refusal, [(b"www-authenticate", b"Bearer")])

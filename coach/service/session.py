@@ -214,9 +214,15 @@ class ServedRun:
             self.sinks[spec.name] = ObservedLog(ResultLog(self.run_dir / f"{spec.name}.jsonl"), self.metrics)
             lc = new_lifecycle(spec, self.run_id, self.cluster, self.config)
             self.board.show(lc.status())
-            added = self.driver.call_soon(lambda: self.driver.add(lc, first_event(None, time.time())))
+            added = self.driver.call_soon(lambda: self._add(lc))
         self._write_summary()
         added.result(CALL_TIMEOUT_S)
+
+    def _add(self, lc: JobLifecycle) -> None:
+        """On the loop thread: a run that is stopping takes no job (run.json has it; a restart starts it)."""
+        if self._stop.is_set():
+            raise RuntimeError("the run has stopped")
+        self.driver.add(lc, first_event(None, time.time()))
 
     def stop(self, name: str) -> StopAnswer:
         """Stop one job for good (`stopped_by_user`); an epoch in flight ends first. UnknownJob, NotRunning."""

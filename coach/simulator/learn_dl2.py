@@ -35,7 +35,8 @@ from threadpoolctl import threadpool_limits
 from coach.domain.cluster import ClusterSpec
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Simulator
-from coach.simulator.policies import POLICIES
+from coach.simulator.policies import POLICIES, teachers
+from coach.simulator.policies.dl2 import imitation_model
 from coach.simulator.policies.dl2.features import WINDOW, Observation, Round, SpeedCache, pad, padded_action
 from coach.simulator.policies.dl2.imitation import (
     Agreement,
@@ -457,7 +458,9 @@ def train(imitate: str, workloads: Sequence[Path | str], out: Path, seed: int = 
 
     ValueError (an unknown or rigid `imitate`, a checkpoint of other settings), WorkloadError or
     SimulationInputError (bad inputs), each one line."""
-    settings = TrainSettings(imitate=imitate, workloads=tuple(str(w) for w in workloads), seed=seed, cluster=cluster,
+    # absolute paths: a checkpoint resumes from any current folder
+    settings = TrainSettings(imitate=imitate, workloads=tuple(str(Path(w).resolve()) for w in workloads), seed=seed,
+                             cluster=cluster,
                              traces=str(traces) if traces is not None else None, **options)
     with threadpool_limits(limits=1):  # tiny numpy calls: OpenBLAS threads only spin (see session.simulate)
         return _train(settings, Path(out), resume, on_progress or (lambda *_: None))
@@ -487,11 +490,12 @@ def _check(settings: TrainSettings) -> None:
 
 
 def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: ProgressCallback) -> TrainReport:
-    teachers = sorted(name for name in set(POLICIES) - {"dl2"} if POLICIES[name](settings.seed).elastic)
-    if settings.imitate not in teachers:
-        why = "is not elastic (it is asked only about waiting jobs, so its rounds are not whole allocations)" \
-            if settings.imitate in POLICIES and settings.imitate != "dl2" else "unknown policy"
-        raise ValueError(f"--imitate: {settings.imitate!r} {why}; expected one of {', '.join(teachers)}")
+    allowed = teachers()
+    if settings.imitate not in allowed:
+        why = "is learned itself" if getattr(POLICIES.get(settings.imitate), "learned", False) else \
+            "is not elastic (it is asked only about waiting jobs, so its rounds are not whole allocations)" \
+            if settings.imitate in POLICIES else "unknown policy"
+        raise ValueError(f"--imitate: {settings.imitate!r} {why}; expected one of {', '.join(allowed)}")
     _check(settings)
     folder = checkpoint_dir(out)
     state = load_checkpoint(folder, settings) if resume else None
@@ -521,7 +525,7 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
                     save_checkpoint(folder, net, trainer, state)
             state["train_accuracy"] = action_accuracy(net, train_set)
             state["agreement"] = asdict(agreement(net, held_set))
-            net.save_parameters(str(out.with_name(out.stem + "-imitation.params")))
+            net.save_parameters(str(imitation_model(out)))
         state["phase"], state["done"] = "rl", 0
         save_checkpoint(folder, net, trainer, state)
 

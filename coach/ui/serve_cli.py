@@ -124,7 +124,7 @@ def cmd_submit(args) -> int:
     except ClientError as error:
         lines = [line.replace("request: ", f"{args.file}: ", 1) for line in str(error).splitlines()]
         return fail(lines) if error.bad_input else _unreachable(error)
-    print(f"submitted {answer['job']} to run {answer['run_id']}")
+    print(f"submitted {answer.get('job')} to run {answer.get('run_id')}")
     return 0
 
 

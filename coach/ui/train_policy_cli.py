@@ -62,13 +62,11 @@ def cmd_train_policy(args) -> int:
 
 
 def add_commands(sub, subparser, epilog: str) -> None:
-    from coach.simulator.policies import POLICIES
+    from coach.simulator.policies import teachers
 
-    # a rigid policy (fifo) is asked only about waiting jobs: its rounds are not whole allocations to learn from
-    teachers = sorted(name for name in POLICIES if not name.startswith("dl2") and POLICIES[name](0).elastic)
     train = subparser(sub, "train-policy", epilog=epilog,
                       help="train the learned dl2 policy: imitate a simulator policy, then reinforcement learning")
-    train.add_argument("--imitate", required=True, choices=teachers,
+    train.add_argument("--imitate", required=True, choices=teachers(),
                        help="the elastic simulator policy whose decisions the network learns first (required, no "
                             "default)")
     train.add_argument("--workloads", required=True, nargs="+", metavar="CSV",

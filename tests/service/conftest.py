@@ -38,14 +38,15 @@ def job_text(name: str = "sim", **fields) -> str:
 
 
 class Server:
-    def __init__(self, results: Path, token: str | None, max_body_bytes: int, epoch_s: float):
+    def __init__(self, results: Path, token: str | None, max_body_bytes: int, epoch_s: float,
+                 models: list[Path] | None = None):
         self.served = ServedRun(results, DEFAULT_CLUSTER, RunConfig(policy="static"),
                                 platform_factory=factory(Paced(epoch_s)))
         self.served.start()
         listen = Listen("127.0.0.1", 0, token, max_body_bytes)
         sock = bind(listen)
         self.url = "http://127.0.0.1:%d" % sock.getsockname()[1]
-        self.http = http_server(self.served, [MODELS], listen)
+        self.http = http_server(self.served, models or [MODELS], listen)
         self.thread = threading.Thread(target=self.http.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         wait_for(lambda: self.http.started, 10.0, "the server to listen")
@@ -55,8 +56,11 @@ class Server:
         return requests.get(self.url + path, headers=kwargs.pop("headers", self.headers), timeout=10, **kwargs)
 
     def post(self, path: str, body: str | bytes = b"", **kwargs) -> requests.Response:
-        return requests.post(self.url + path, data=body, headers=kwargs.pop("headers", self.headers), timeout=30,
-                             **kwargs)
+        """A POST with the token (unless `headers` replaces them), declared YAML unless it says otherwise."""
+        headers = dict(kwargs.pop("headers", self.headers))
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/yaml"
+        return requests.post(self.url + path, data=body, headers=headers, timeout=30, **kwargs)
 
     def phase(self, job: str) -> str | None:
         answer = self.get(f"/api/jobs/{job}")
@@ -73,8 +77,8 @@ def serve(tmp_path):
     servers = []
 
     def start(token: str | None = None, max_body_bytes: int = 64 * 1024, epoch_s: float = 0.05,
-              results: Path | None = None) -> Server:
-        server = Server(results or tmp_path / "results", token, max_body_bytes, epoch_s)
+              results: Path | None = None, models: list[Path] | None = None) -> Server:
+        server = Server(results or tmp_path / "results", token, max_body_bytes, epoch_s, models)
         servers.append(server)
         return server
 

@@ -23,20 +23,20 @@ def test_submit_status_and_stop(serve, tmp_path, capsys):
 
 
 def test_a_relative_model_is_the_job_files_and_must_be_in_the_model_folders(serve, tmp_path, capsys):
-    server = serve()
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "own.py").write_text("def get_model(): pass\ndef get_data(): pass\n")
-    outside = tmp_path / "outside.yaml"
-    outside.write_text(job_text("o", model="models/own.py"))
-    inside = MODELS.parent / "serve-test-job.yaml"  # jobs/, whose models/lenet.py is in the model folder
-    inside.write_text(job_text("i", model="models/lenet.py", max_epochs=1))
-    try:
-        assert main(["submit", str(outside), "--server", server.url]) == 2
-        err = capsys.readouterr().err
-        assert f"{outside}: model: " in err and "outside the server's model folders" in err
-        assert main(["submit", str(inside), "--server", server.url]) == 0
-    finally:
-        inside.unlink()
+    models, elsewhere = tmp_path / "jobs" / "models", tmp_path / "elsewhere"
+    for folder in (models, elsewhere):
+        folder.mkdir(parents=True)
+        (folder / "own.py").write_text((MODELS / "lenet.py").read_text())
+    server = serve(models=[models])
+    inside, outside = tmp_path / "jobs" / "inside.yaml", tmp_path / "outside.yaml"
+    inside.write_text(job_text("i", model="models/own.py", max_epochs=1))  # as jobs/*.yaml name jobs/models/
+    outside.write_text(job_text("o", model="elsewhere/own.py"))
+
+    assert main(["submit", str(outside), "--server", server.url]) == 2
+    err = capsys.readouterr().err
+    assert f"{outside}: model: " in err and "outside the server's model folders" in err
+    assert main(["submit", str(inside), "--server", server.url]) == 0
+    assert server.served.board.job("i") is not None
 
 
 def test_client_errors_are_one_line(serve, tmp_path, capsys):

@@ -86,7 +86,7 @@ def test_a_body_that_never_arrives_is_a_408(serve, monkeypatch):
     server = serve()
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nname: a")
+        sock.sendall(b"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nname: a")
         answer = sock.recv(4096).decode()
 
     assert answer.startswith("HTTP/1.1 408") and "did not arrive within 0.5 s" in answer
@@ -98,3 +98,27 @@ def test_a_second_server_on_the_same_results_is_refused(serve, tmp_path, capsys)
     assert main(["serve", "--port", "0", "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another `coach serve` serves this folder" in err
+
+
+def test_another_sites_page_and_a_rebound_name_are_refused(serve):
+    server = serve()
+    job = job_text("csrf", max_epochs=1)
+
+    foreign = server.post("/api/jobs", job, headers={"Origin": "http://evil.example",
+                                                     "Content-Type": "application/yaml"})
+    plain = server.post("/api/jobs", job, headers={"Content-Type": "text/plain"})
+    rebound = server.get("/api/jobs", headers={"Host": "evil.example:8765"})
+    same = server.post("/api/jobs", job, headers={"Origin": server.url, "Content-Type": "application/yaml"})
+
+    assert foreign.status_code == 403 and "another site's page" in foreign.json()["detail"]
+    assert plain.status_code == 415 and "application/yaml" in plain.json()["detail"]
+    assert rebound.status_code == 403 and "not a loopback name" in rebound.json()["detail"]
+    assert same.status_code == 201
+
+
+def test_a_token_server_answers_any_host_name(serve):
+    server = serve(token="s3cret")
+
+    answer = server.get("/api/jobs", headers={**server.headers, "Host": "coach.example:8765"})
+
+    assert answer.status_code == 200

@@ -185,12 +185,15 @@ def test_saved_network_loads_back_as_the_same_policy(tmp_path):
     assert dl2(0, path).allocate(THREE) == Dl2(NumpyNet.of(net)).allocate(THREE)
 
 
-def test_dl2_is_registered_with_the_shipped_model():
-    assert "dl2" in POLICIES
-    assert DEFAULT_MODEL.name == "dl2_model.params"
-    if DEFAULT_MODEL.is_file():
-        grants = POLICIES["dl2"](0).allocate(THREE)
+def test_dl2_and_its_imitation_only_twin_are_registered_with_the_shipped_models():
+    from coach.simulator.policies.dl2 import IMITATION_MODEL
+
+    assert DEFAULT_MODEL.name == "dl2_model.params" and DEFAULT_MODEL.is_file()
+    assert IMITATION_MODEL.name == "dl2_model-imitation.params" and IMITATION_MODEL.is_file()
+    for name in ("dl2", "dl2-imitation"):
+        grants = POLICIES[name](0).allocate(THREE)
         check_grants(THREE, grants)
+        assert grants  # three jobs and free GPUs: the trained network gives some of them GPUs
 
 
 def test_the_shipped_model_schedules_a_whole_workload_about_as_well_as_drf_it_imitated():

@@ -70,7 +70,8 @@ def test_a_stopped_run_resumes_to_the_same_model(tmp_path):
 
 
 @pytest.mark.parametrize("teacher, message", [("fifo", "'fifo' is not elastic"), ("nope", "'nope' unknown policy"),
-                                              ("dl2", "'dl2' unknown policy")])
+                                              ("dl2", "'dl2' is learned itself"),
+                                              ("dl2-imitation", "'dl2-imitation' is learned itself")])
 def test_a_teacher_must_be_an_elastic_policy_of_the_registry(tmp_path, teacher, message):
     with pytest.raises(ValueError, match=message):
         train(teacher, [WORKLOAD], tmp_path / "m.params", cluster="2x4", imitation_epochs=1, rl_episodes=0)

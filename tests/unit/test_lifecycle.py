@@ -24,8 +24,8 @@ from coach.lifecycle.commands import (AskPolicy, Deploy, Finish, InvokeEpoch, Pr
                                       Submit, WaitUntil, WatchPlacement, WriteRecord)
 from coach.lifecycle.events import (Bindings, Decided, Deployed, EpochDone, EpochFailed, Resume, Start,
                                     StopRequested, TimerFired)
-from coach.lifecycle.job import (USER_STOP, BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
-                                 requeue_backoff_s, retry_backoff_s)
+from coach.lifecycle.job import (BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
+                                 USER_STOP, requeue_backoff_s, retry_backoff_s)
 from coach.policy.history import history_from_records
 from coach.policy.run_policy import Counts, Wait
 

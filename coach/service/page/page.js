@@ -159,7 +159,20 @@ async function recordsOf(name) {
   }
 }
 
-async function drawDetail(name) {
+const drawing = {};  // job -> the drawing in flight; a request for another while one runs draws once more after
+
+function drawDetail(name) {
+  const current = drawing[name];
+  if (current) { current.again = true; return current.promise; }
+  const state = { again: false };
+  state.promise = (async () => {
+    do { state.again = false; await drawOnce(name); } while (state.again);
+  })().finally(() => { delete drawing[name]; });
+  drawing[name] = state;
+  return state.promise;
+}
+
+async function drawOnce(name) {
   const records = await recordsOf(name);
   const epochs = records.filter((r) => r.phase === "training");
   const steps = records.filter((r) => r.phase === "training" || r.phase === "calibration");

@@ -15,8 +15,15 @@ from pathlib import Path
 
 #: The model shipped with Coach (trained by coach.simulator.learn_dl2; the command is in the README).
 DEFAULT_MODEL = Path(__file__).with_name("dl2_model.params")
+
+
+def imitation_model(model: Path) -> Path:
+    """Where a training that writes `model` leaves its network after imitation only (before RL)."""
+    return model.with_name(model.stem + "-imitation.params")
+
+
 #: The same training's network after imitation only (before reinforcement learning), for comparison.
-IMITATION_MODEL = Path(__file__).with_name("dl2_imitation.params")
+IMITATION_MODEL = imitation_model(DEFAULT_MODEL)
 
 
 class ModelFileError(ValueError):
@@ -41,4 +48,7 @@ def dl2_imitation(seed: int):
     return dl2(seed, IMITATION_MODEL)
 
 
-__all__ = ["DEFAULT_MODEL", "IMITATION_MODEL", "ModelFileError", "dl2", "dl2_imitation"]
+#: A factory marked learned is no teacher: imitating a network would only copy what it copied.
+dl2.learned = dl2_imitation.learned = True
+
+__all__ = ["DEFAULT_MODEL", "IMITATION_MODEL", "ModelFileError", "dl2", "dl2_imitation", "imitation_model"]
