@@ -58,7 +58,7 @@ def test_a_server_killed_mid_job_resumes_it_on_restart_and_it_finishes(tmp_path,
     server, url = start_server(results, MODELS, out)
     try:
         answer = requests.post(f"{url}/api/jobs", data=job_yaml(job, "tiny_mlp.py", max_epochs=6, workers=2),
-                               timeout=30)
+                               headers={"Content-Type": "application/yaml"}, timeout=30)
         assert answer.status_code == 201, answer.text
         run_dir = results / answer.json()["run_id"]
 
