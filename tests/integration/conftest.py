@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coach.domain.cluster import ClusterSpec, NodeSpec
+from coach.fakes.stack import LoopbackStack
 from coach.files.jobs import load_job
 
 MODELS = Path(__file__).parent / "models"
@@ -56,3 +58,15 @@ def make_job(tmp_path):
         return load_job(path)
 
     return make
+
+
+@pytest.fixture
+def stack(tmp_path, monkeypatch):
+    """Kubernetes + Nuclio on loopback (fake kube-apiserver and dashboard, moto's S3, `coach scheduler` in its own
+    process) with one node of 4 slots."""
+    cluster = ClusterSpec(name="one-node", nodes=(NodeSpec("node-1", slots=4, price_per_slot_s=0.0001),))
+    running = LoopbackStack(tmp_path / "stack", cluster, setenv=monkeypatch.setenv).start()
+    try:
+        yield running
+    finally:
+        running.stop()

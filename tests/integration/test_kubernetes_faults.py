@@ -17,7 +17,6 @@ import yaml
 
 from coach.app.compose import Site
 from coach.app.run import run_jobs
-from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.fakes.stack import LoopbackStack
 from coach.files.jobs import load_job
 from coach.platforms.nuclio import NuclioPlatform
@@ -27,16 +26,6 @@ from tests.integration.conftest import MODELS
 pytestmark = pytest.mark.integration
 
 REQUEUE_BACKOFF_S = 0.05  # first requeue backoff (production: 1 s); doubles per requeue, as in production
-
-
-@pytest.fixture
-def stack(tmp_path, monkeypatch):
-    cluster = ClusterSpec(name="one-node", nodes=(NodeSpec("node-1", slots=4, price_per_slot_s=0.0001),))
-    running = LoopbackStack(tmp_path / "stack", cluster, setenv=monkeypatch.setenv).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def small_job(tmp_path):

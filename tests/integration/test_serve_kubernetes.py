@@ -11,8 +11,6 @@ import requests
 
 from coach.app.compose import PLACEMENT_OF, Site
 from coach.app.run import RunConfig
-from coach.domain.cluster import ClusterSpec, NodeSpec
-from coach.fakes.stack import LoopbackStack
 from coach.service.server import Listen, bind, http_server
 from coach.service.session import ServedRun
 from coach.storage.results import read_log
@@ -20,16 +18,6 @@ from tests.integration.conftest import MODELS, wait_until
 from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def stack(tmp_path, monkeypatch):
-    cluster = ClusterSpec(name="one-node", nodes=(NodeSpec("node-1", slots=4, price_per_slot_s=0.0001),))
-    running = LoopbackStack(tmp_path / "stack", cluster, setenv=monkeypatch.setenv).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_a_job_submitted_to_a_server_on_kubernetes_trains_to_its_end(stack, tmp_path):
