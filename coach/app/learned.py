@@ -14,11 +14,13 @@ other state between rounds).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from coach.domain.jobs import JobSpec
+from coach.model.cost import cost_from_speed
 from coach.model.speed_forms import SpeedModel, fit_chosen
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
 from coach.simulator.view import ClusterSnapshot
@@ -51,12 +53,6 @@ class FittedApp:
 
     def best_batch(self, gpus: int, nodes: int, progress: float) -> tuple[int, float]:
         return self.init_batch, self.throughput(gpus, nodes, self.init_batch)
-
-
-def epoch_cost(app: FittedApp, workers: int, servers: int, price_per_slot_s: float) -> float:
-    """What one epoch at these counts is predicted to cost: every slot (scheduler, servers, workers) for its time."""
-    speed = app.speed.epochs_per_s(workers, servers)
-    return float("inf") if speed <= 0 else (workers + servers + 1) * price_per_slot_s / speed
 
 
 @dataclass
@@ -112,10 +108,10 @@ class Dl2RunPolicy:
             workers = grant.gpus
             servers = app.servers_for(workers, 1 + spare)  # more than one server only from slots left over
             spare -= servers - 1
-            cost = epoch_cost(app, workers, servers, price)
+            cost = cost_from_speed(app.speed.epochs_per_s(workers, servers), workers, servers, price)
             decisions[name] = Counts(workers, servers, cost <= job.budget_left,
                                      {"policy": "dl2", "workers_by": "network", "servers_by": "speed fit",
-                                      "predicted_epoch_cost": cost if cost != float("inf") else None})
+                                      "predicted_epoch_cost": cost if math.isfinite(cost) else None})
         return decisions
 
 

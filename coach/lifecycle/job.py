@@ -70,6 +70,11 @@ DIVERGED = "diverged"  # a worker saw a non-finite loss, or the epoch's loss is 
 # null); RECOVERED is the phase of the line a resume from the checkpoints folder writes (coach.policy.history)
 
 
+def ended_phase(reason: str) -> str:
+    """The phase a view shows for a job that ended with `reason`."""
+    return "done" if reason in NORMAL_ENDINGS else reason if reason in (INTERRUPTED, USER_STOP) else "failed"
+
+
 def _finite_or_none(value):
     """`value` with every NaN or infinity replaced by None: a decision's details are recorded as standard JSON."""
     if isinstance(value, float):
@@ -610,9 +615,7 @@ class JobLifecycle:
         self.reason = reason
         self.awaiting = Awaiting.DONE
         self.history = replace(self.history, stop_reason=reason)
-        ended = ("done" if reason in NORMAL_ENDINGS else reason if reason in (INTERRUPTED, USER_STOP)
-                 else "failed")
-        self._show(ended, reason)
+        self._show(ended_phase(reason), reason)
         return out + [cmd.Finish(reason)]
 
 

@@ -27,7 +27,7 @@ from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver
 from coach.files.runs import RunInputError, checked_line
-from coach.lifecycle.job import NORMAL_ENDINGS, USER_STOP, JobLifecycle
+from coach.lifecycle.job import USER_STOP, JobLifecycle, ended_phase
 from coach.policy.history import fill_outcome
 from coach.ports import Platform
 from coach.service.board import Board
@@ -88,11 +88,15 @@ class ServedRun:
         self._lock_folder()
         try:
             loaded = self._served_run()
-        except (ResumeError, RunFolderError, OSError) as error:
+        except RunFolderError as error:
             self._stack.close()
-            lines = error.lines if isinstance(error, RunFolderError) else [str(error)] \
-                if not isinstance(error, OSError) else [f"--results: {self.results_root}: {error.strerror or error}"]
-            raise Unservable(lines) from None
+            raise Unservable(error.lines) from None
+        except ResumeError as error:
+            self._stack.close()
+            raise Unservable([str(error)]) from None
+        except OSError as error:
+            self._stack.close()
+            raise Unservable([f"--results: {self.results_root}: {error.strerror or error}"]) from None
         self.resumed = loaded is not None
         if loaded is None:
             loaded = self._new_run()
@@ -184,8 +188,7 @@ class ServedRun:
 
     def _write_summary(self) -> dict:
         with self._lock:
-            summary = summary_dict(self.run_id, self.started_s, self.outcomes,
-                                   summary_extra(self.cluster, self.config))
+            summary = self.summary()
             write_json_atomic(self.run_dir / "summary.json", summary)
             return summary
 
@@ -271,8 +274,7 @@ def window_of_log(log: Path, start: int, limit: int) -> tuple[list[dict], int]:
 def _status_of(spec: JobSpec, outcome: JobOutcome) -> JobStatus:
     """A finished job as its summary tells it (a restarted server has no lifecycle for it)."""
     reason = outcome.stop_reason
-    phase = "done" if reason in NORMAL_ENDINGS else reason if reason == USER_STOP else "failed"
-    return JobStatus(job=spec.name, phase=phase, epoch=outcome.epochs, loss=outcome.final_loss,
+    return JobStatus(job=spec.name, phase=ended_phase(reason or ""), epoch=outcome.epochs, loss=outcome.final_loss,
                      val_loss=outcome.final_val_loss, workers=outcome.workers, servers=outcome.servers,
                      cost=outcome.total_cost, budget=spec.budget, message=reason or "")
 
