@@ -1,15 +1,13 @@
-"""`coach run --policy dl2`: the simulator's learned policy (coach.simulator.policies.dl2) deciding a live run.
+"""`coach run --policy dl2`: the learned DL2 policy deciding a live run's workers and servers.
 
-The network was trained on simulated GPU jobs, whose only resource is a GPU per replica; a live job is shown to
-it in those terms, through its own measurements:
-- one "GPU" is one worker; the job's throughput at w workers is its fitted speed (the chosen form over every
-  calibration and training epoch) at the server count that is fastest for w within max_servers, so the network
-  picks workers and the fit picks the servers for them (the simulator has no parameter servers to learn from);
-- progress is counted in epochs (done of max_epochs), the batch is the job's own (DL2 does not tune batches);
-- the slots a job's scheduler and servers need are set aside before the network shares the rest as workers.
-Jobs whose file fixes the counts keep them, and a job runs an epoch only when its predicted cost fits the money
-it has left, as under every run-level policy. Pure apart from reading the model file once (kept, with no
-other state between rounds).
+Every time jobs ask for counts, the asking jobs (up to the network's window) form a round
+(coach.simulator.policies.dl2.counts): each is shown to the network through its own speed fit (the chosen form
+over every calibration and training epoch), its counts, limits, progress and money; the network takes one action
+at a time, one more worker, one more server, or both, for one job, or stops, within the slots the other jobs do
+not hold and each job's money. The network was trained in virtual time on Coach's own lifecycle
+(coach.app.learn_counts). Jobs whose file fixes the counts keep them and jobs with nothing measured yet calibrate,
+as under `coach`; a job that no counts within its limits can pay for ends with `budget`, as under every
+run-level policy. Pure apart from reading the model file once (kept, with no other state between rounds).
 """
 
 from __future__ import annotations
@@ -20,57 +18,36 @@ from pathlib import Path
 from typing import Sequence
 
 from coach.domain.jobs import JobSpec
-from coach.model.cost import cost_from_speed
-from coach.model.speed_forms import SpeedModel, fit_chosen
+from coach.model.speed_forms import fit_chosen
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
-from coach.simulator.view import ClusterSnapshot
-from coach.simulator.view import JobView as SimJob
-
-ROUND_S = 60.0  # the simulator's round, which the network's features were scaled for
-
-
-@dataclass(frozen=True)
-class FittedApp:
-    """A live job as the simulator's AppModel: throughput in epochs per second from its speed fit."""
-
-    name: str
-    speed: SpeedModel
-    max_servers: int
-    init_batch: int
-    max_batch: int
-    max_local_batch: int
-
-    def servers_for(self, workers: int, limit: int | None = None) -> int:
-        """The fastest server count for `workers` (the fewest on a tie), at most `limit`."""
-        top = max(1, min(self.max_servers, limit or self.max_servers))
-        return max(range(1, top + 1), key=lambda s: (self.speed.epochs_per_s(workers, s), -s))
-
-    def throughput(self, gpus: int, nodes: int, batch: int) -> float:
-        return self.speed.epochs_per_s(gpus, self.servers_for(gpus)) if gpus > 0 else 0.0
-
-    def efficiency(self, batch: int, progress: float) -> float:
-        return 1.0
-
-    def best_batch(self, gpus: int, nodes: int, progress: float) -> tuple[int, float]:
-        return self.init_batch, self.throughput(gpus, nodes, self.init_batch)
+from coach.simulator.policies.dl2.counts import (
+    COUNTS_WINDOW,
+    KIND_NAMES,
+    KINDS,
+    CountsJob,
+    CountsRound,
+    Greedy,
+    greedy_counts,
+)
 
 
 @dataclass
 class Dl2RunPolicy:
-    model: Path | None = None  # None: the shipped model
-    _net: object | None = field(default=None, repr=False)
+    model: Path | None = None  # None: the shipped counts model
+    window: int = COUNTS_WINDOW
+    _net: Greedy | None = field(default=None, repr=False)
     _coach: CoachPolicy = field(default_factory=CoachPolicy, repr=False)
 
-    def _policy(self):
+    def network(self) -> Greedy:
         if self._net is None:
-            from coach.simulator.policies.dl2 import DEFAULT_MODEL, dl2
+            from coach.simulator.policies.dl2 import COUNTS_MODEL, load_counts
 
-            self._net = dl2(0, self.model or DEFAULT_MODEL)
+            self._net = load_counts(self.model or COUNTS_MODEL)
         return self._net
 
     def check(self, spec: JobSpec) -> str | None:
         try:
-            self._policy()
+            self.network()
         except ValueError as error:  # the model file is missing or does not fit the network
             return f"policy: {error}"
         return None
@@ -78,60 +55,71 @@ class Dl2RunPolicy:
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
         return self._coach.calibration(spec)
 
+    def choose(self, round_: CountsRound):
+        """(counts per job, actions taken) for a round: the network's most likely actions (training samples)."""
+        return greedy_counts(self.network(), round_)
+
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
-        price = cluster.price_per_slot_s
-        learned = [job for job in jobs if not job.spec.fixed_counts and job.history.observations]
-        names = {job.spec.name for job in learned}
-        decisions = {name: decision for name, decision in self._coach.decide(cluster, jobs, now_s).items()
-                     if name not in names}  # fixed counts, or nothing measured yet: as under `coach`
-        if not learned:
+        learned = {job.spec.name for job in jobs if not job.spec.fixed_counts and job.history.observations}
+        others = [job for job in jobs if job.spec.name not in learned]  # fixed counts, or nothing measured yet
+        decisions = self._coach.decide(cluster, others, now_s)  # as under `coach`
+        asking = [job for job in jobs if job.spec.name in learned and job.asking]
+        if not asking:
             return decisions
-        held_elsewhere = sum(job.held_slots for job in jobs if job.spec.name not in names)
-        apps = {job.spec.name: _app(job, cluster.total_slots) for job in learned}
-        # a scheduler and one server per job first; what is left is shared as workers
-        workers_free = max(cluster.total_slots - held_elsewhere - 2 * len(learned), 0)
-        sim_jobs = tuple(_sim_job(job, apps[job.spec.name], workers_free, price) for job in learned)
-        snapshot = ClusterSnapshot(now_s=0.0, node_gpus=(workers_free,), price_per_gpu_s=price, interval_s=ROUND_S,
-                                   jobs=sim_jobs)
-        policy = self._policy()
-        policy.speeds.clear()  # its cache is keyed by app objects, which are new every round here
-        grants = policy.allocate(snapshot) if workers_free else {}
-        spare = workers_free - sum(grant.gpus for grant in grants.values())
-        for job in learned:
-            if not job.asking:
-                continue
-            name, app = job.spec.name, apps[job.spec.name]
-            grant = grants.get(name)
-            if grant is None:
-                decisions[name] = Wait("dl2: no workers for this job this round")
-                continue
-            workers = grant.gpus
-            servers = app.servers_for(workers, 1 + spare)  # more than one server only from slots left over
-            spare -= servers - 1
-            cost = cost_from_speed(app.speed.epochs_per_s(workers, servers), workers, servers, price)
-            decisions[name] = Counts(workers, servers, cost <= job.budget_left,
-                                     {"policy": "dl2", "workers_by": "network", "servers_by": "speed fit",
-                                      "predicted_epoch_cost": cost if math.isfinite(cost) else None})
+        held_elsewhere = sum(job.held_slots for job in jobs if not (job.spec.name in learned and job.asking))
+        round_ = counts_round(cluster, asking, held_elsewhere, self.window)
+        given, actions = self.choose(round_)
+        if not given.any() and held_elsewhere == 0:
+            given, actions = _never_idle(round_)
+        given = round_.settle(given)
+        for job in asking[self.window:]:
+            decisions[job.spec.name] = Wait(f"dl2: beyond the network's window of {self.window} asking jobs")
+        for i, job in enumerate(round_.jobs):
+            decisions[job.name] = _decision(round_, i, given[i], [a % KINDS for a in actions if a // KINDS == i])
         return decisions
 
 
-def _app(job: JobView, total_slots: int) -> FittedApp:
-    spec = job.spec
-    return FittedApp(name=spec.model_path.stem, speed=fit_chosen(job.history.observations),
-                     max_servers=max(1, spec.max_servers or 2), init_batch=spec.batch_size,
-                     max_batch=spec.batch_size * max(1, spec.max_workers or total_slots),
-                     max_local_batch=spec.batch_size)
+def counts_round(cluster: ClusterView, asking: Sequence[JobView], held_elsewhere: int,
+                 window: int = COUNTS_WINDOW) -> CountsRound:
+    """The round of `asking` jobs over the slots that the others (holding `held_elsewhere`) leave free."""
+    total = cluster.total_slots
+    return CountsRound([counts_job(job, total) for job in asking[:window]], total - held_elsewhere, total,
+                       cluster.price_per_slot_s, window)
 
 
-def _sim_job(job: JobView, app: FittedApp, gpus_free: int, price: float) -> SimJob:
-    history, spec = job.history, job.spec
-    current = history.last_counts[0] if history.last_counts else 0
-    limit = min(spec.max_workers or gpus_free, gpus_free) if gpus_free else 0
-    return SimJob(name=spec.name, arrival_s=0.0, app=app, requested_gpus=max(1, min(current or 1, max(limit, 1))),
-                  requested_batch=spec.batch_size, progress=float(history.epochs_done),
-                  total_progress=float(spec.max_epochs), attained_gpu_s=history.spent / price if price else 0.0,
-                  gpus=current if job.held_slots else 0, batch=spec.batch_size, remaining_budget=job.budget_left,
-                  max_gpus=max(limit, 0))
+def counts_job(job: JobView, total_slots: int) -> CountsJob:
+    spec, history = job.spec, job.history
+    return CountsJob(name=spec.name, speed=fit_chosen(history.observations),
+                     current=tuple(history.last_counts) if history.last_counts else (0, 0),
+                     max_workers=spec.max_workers or total_slots, max_servers=spec.max_servers or total_slots,
+                     epochs_done=history.epochs_done, max_epochs=spec.max_epochs, budget_left=job.budget_left,
+                     held_slots=job.held_slots)
+
+
+def _never_idle(round_: CountsRound):
+    """An idle cluster and a network that gave nothing: the first job that can run gets one worker and one
+    server (a policy that stops on an empty cluster would leave every job waiting for ever)."""
+    given = round_.start()
+    mask = round_.mask(given)
+    for i in range(len(round_.jobs)):
+        if mask[i * KINDS + 2]:
+            return round_.apply(given, i * KINDS + 2), [i * KINDS + 2]
+    return given, []
+
+
+def _decision(round_: CountsRound, i: int, counts, kinds: list[int]) -> Decision:
+    job = round_.jobs[i]
+    workers, servers = int(counts[0]), int(counts[1])
+    if workers == 0:
+        if round_.fastest_affordable(i, round_.total) is None:  # no counts it may use pay for an epoch: it ends
+            return Counts(1, 1, False, {"policy": "dl2", "why": "no counts within its limits fit the money left"})
+        return Wait("dl2: no counts for this job this round")
+    cost = round_.cost(i, (workers, servers))
+    epoch_s = round_.epoch_s(i, (workers, servers))
+    return Counts(workers, servers, cost <= job.budget_left,
+                  {"policy": "dl2", "by": "network", "actions": [KIND_NAMES[k] for k in kinds],
+                   "predicted_epoch_s": epoch_s if math.isfinite(epoch_s) else None,
+                   "predicted_epoch_cost": cost if math.isfinite(cost) else None})
 
 
 #: Every run-level policy `coach run --policy` and `coach serve --policy` take: the pure ones and the learned one.

@@ -21,7 +21,7 @@ from coach.lifecycle import events as ev
 from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
 from coach.app.learned import RUN_POLICIES as POLICIES
-from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
+from coach.policy.run_policy import DEFAULT_POLICY, ClusterView, Policy
 from coach.platforms.simulated import SimModel, SimulatedPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic
@@ -42,13 +42,15 @@ def simulate_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = 
                   scheduler: str = "gang", models: Mapping[str, SimModel] | None = None,
                   fail: frozenset[tuple[str, int, int]] = frozenset(), placement_timeout_s: float = 30.0,
                   run_dir: Path | None = None, run_id: str = "simulated",
-                  stop_at_s: float | None = None) -> Simulation:
-    """Every job from START_S in virtual time; `stop_at_s` (seconds after the start) sends a stop to all."""
+                  stop_at_s: float | None = None, deciding: Policy | None = None) -> Simulation:
+    """Every job from START_S in virtual time; `stop_at_s` (seconds after the start) sends a stop to all.
+    `deciding`: a policy object instead of the registry's `policy` (one being trained; `policy` still names it in
+    the summary)."""
     store = MemoryCheckpointStore()
     platform = SimulatedPlatform(store, dict(models or {}), fail)
     sinks = ({spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec in specs} if run_dir
              else {spec.name: MemorySink() for spec in specs})
-    chosen = POLICIES[policy]
+    chosen = deciding if deciding is not None else POLICIES[policy]
     outcomes = {spec.name: JobOutcome(submitted_s=START_S, budget=spec.budget) for spec in specs}
 
     def finished(lc: JobLifecycle, now_s: float) -> None:

@@ -35,13 +35,15 @@ class SimModel:
     compute_s_one_worker: float = 2.0  # training loop of a full epoch with one worker and one server
     worker_efficiency: float = 0.8  # each extra worker adds this share of a worker's speed
     server_overhead_s: float = 0.05  # per-epoch cost of each server beyond the first
+    server_comm_s: float = 0.0  # a full epoch's pushes and pulls through one server; s servers share them (Optimus's
+    # step time has a term per server, theta2 * w / p per step: over an epoch of N / (w B) steps, theta2 N / (B p))
     loss_a: float = 0.5  # loss(k) = 1 / (a k + b) + c, as the convergence fit assumes
     loss_b: float = 0.4
     loss_c: float = 0.05
 
     def compute_s(self, workers: int, servers: int, fraction: float) -> float:
         speedup = 1 + self.worker_efficiency * (workers - 1)
-        return self.compute_s_one_worker * fraction / speedup
+        return (self.compute_s_one_worker / speedup + self.server_comm_s / max(servers, 1)) * fraction
 
     def epoch_s(self, workers: int, servers: int, fraction: float) -> float:
         return self.fixed_s + self.server_overhead_s * (servers - 1) + self.compute_s(workers, servers, fraction)

@@ -453,7 +453,8 @@ def _why(step: _Step, demand: JobDemand, min_gain: float) -> tuple[str, str]:
     if step.excluded_by == BUDGET:
         return BUDGET, (f"{head} but its predicted epoch cost {_money(step.cost)} > "
                         f"per-epoch budget {_money(demand.per_epoch_budget)}")
-    assert step.excluded_by == CAPACITY, step
+    if step.excluded_by is None:  # slots another job's settling freed after growth ended stay free this round
+        return CAPACITY, f"{head} but no slot was free while the jobs grew"
     return CAPACITY, f"{head} but no slot is free"
 
 

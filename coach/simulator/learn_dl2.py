@@ -289,12 +289,45 @@ def teacher_decisions(settings: TrainSettings, scenarios: Sequence[Scenario]) ->
     return train, held
 
 
-def _batch(observations: Sequence[Observation], actions: Sequence[int]):
+def batch(observations: Sequence[Observation], actions: Sequence[int]):
+    """NDArrays of padded observations and their actions' columns (one round type per batch)."""
     jobs, globs, present, mask = pad(list(observations))
     width = jobs.shape[1]
-    columns = [padded_action(a, len(o.jobs), width) for o, a in zip(observations, actions)]
+    columns = [padded_action(a, o, width) for o, a in zip(observations, actions)]
     return (mx.nd.array(jobs), mx.nd.array(globs), mx.nd.array(present), mx.nd.array(mask),
             mx.nd.array(np.array(columns, dtype=np.float32)))
+
+
+def imitation_step(net: ActorCritic, trainer: gluon.Trainer, observations: Sequence[Observation],
+                   actions: Sequence[int], returns: Sequence[float], value_weight: float) -> float:
+    """One gradient step towards the teacher's actions (cross-entropy) and its returns (the critic); the loss."""
+    jobs, globs, present, mask, picked = batch(observations, actions)
+    targets = mx.nd.array(np.asarray(returns, dtype=np.float32))
+    with autograd.record():
+        logits, values = net(jobs, globs, present, mask)
+        chosen = mx.nd.pick(mx.nd.log_softmax(logits, axis=1), picked, axis=1)
+        loss = -chosen.mean() + value_weight * ((values - targets) ** 2).mean()
+    loss.backward()
+    trainer.step(1)
+    return float(loss.asscalar())
+
+
+def actor_critic_step(net: ActorCritic, trainer: gluon.Trainer, observations: Sequence[Observation],
+                      actions: Sequence[int], returns: Sequence[float], value_weight: float, entropy: float) -> None:
+    """One advantage actor-critic step over sampled decisions (advantages normalised, an entropy bonus)."""
+    jobs, globs, present, mask, picked = batch(observations, actions)
+    targets = mx.nd.array(np.asarray(returns, dtype=np.float32))
+    with autograd.record():
+        logits, values = net(jobs, globs, present, mask)
+        log_p = mx.nd.log_softmax(logits, axis=1)
+        advantage = (targets - values).detach()
+        advantage = (advantage - advantage.mean()) / (mx.nd.sqrt(((advantage - advantage.mean()) ** 2).mean())
+                                                      + 1e-6)
+        spread = -(mx.nd.exp(log_p) * log_p).sum(axis=1)
+        loss = (-(mx.nd.pick(log_p, picked, axis=1) * advantage).mean()
+                + value_weight * ((values - targets) ** 2).mean() - entropy * spread.mean())
+    loss.backward()
+    trainer.step(1)
 
 
 def action_accuracy(net: ActorCritic, decisions: Decisions, batch_size: int = 512) -> float:
@@ -304,7 +337,7 @@ def action_accuracy(net: ActorCritic, decisions: Decisions, batch_size: int = 51
     hits = 0
     for start in range(0, len(decisions.actions), batch_size):
         stop = start + batch_size
-        jobs, globs, present, mask, actions = _batch(decisions.observations[start:stop], decisions.actions[start:stop])
+        jobs, globs, present, mask, actions = batch(decisions.observations[start:stop], decisions.actions[start:stop])
         logits, _ = net(jobs, globs, present, mask)
         hits += int((logits.argmax(axis=1) == actions).sum().asscalar())
     return hits / len(decisions.actions)
@@ -331,18 +364,25 @@ def imitation_epoch(net: ActorCritic, trainer: gluon.Trainer, decisions: Decisio
     total, count = 0.0, 0
     for start in range(0, len(order), settings.batch_size):
         picked = order[start:start + settings.batch_size].tolist()
-        jobs, globs, present, mask, actions = _batch([decisions.observations[i] for i in picked],
-                                                     [decisions.actions[i] for i in picked])
-        targets = mx.nd.array(np.array([decisions.returns[i] for i in picked], dtype=np.float32))
-        with autograd.record():
-            logits, values = net(jobs, globs, present, mask)
-            chosen = mx.nd.pick(mx.nd.log_softmax(logits, axis=1), actions, axis=1)
-            loss = -chosen.mean() + settings.value_weight * ((values - targets) ** 2).mean()
-        loss.backward()
-        trainer.step(1)
-        total += float(loss.asscalar()) * len(picked)
+        loss = imitation_step(net, trainer, [decisions.observations[i] for i in picked],
+                              [decisions.actions[i] for i in picked], [decisions.returns[i] for i in picked],
+                              settings.value_weight)
+        total += loss * len(picked)
         count += len(picked)
     return total / max(count, 1)
+
+
+def imitation_epochs(net: ActorCritic, trainer: gluon.Trainer, decisions: Decisions, settings, state: dict,
+                     folder: Path, on_progress: ProgressCallback) -> None:
+    """The imitation epochs from `state["done"]` on (a checkpoint every `checkpoint_every`); `settings` has seed,
+    batch_size, value_weight, imitation_epochs and checkpoint_every."""
+    for epoch in range(state["done"], settings.imitation_epochs):
+        loss = imitation_epoch(net, trainer, decisions, settings, epoch)
+        state["imitation_losses"].append(loss)
+        state["done"] = epoch + 1
+        on_progress("imitation", epoch + 1, settings.imitation_epochs, {"loss": loss})
+        if (epoch + 1) % settings.checkpoint_every == 0 and epoch + 1 < settings.imitation_epochs:
+            save_checkpoint(folder, net, trainer, state)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -386,20 +426,8 @@ def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: TrainSettings
     step_returns = np.array([returns[r] for _, _, r in sampler.steps], dtype=np.float32)
     for start in range(0, len(actions), 1024):
         stop = start + 1024
-        jobs, globs, present, mask, picked = _batch(observations[start:stop], actions[start:stop])
-        targets = mx.nd.array(step_returns[start:stop])
-        with autograd.record():
-            logits, values = net(jobs, globs, present, mask)
-            log_p = mx.nd.log_softmax(logits, axis=1)
-            advantage = (targets - values).detach()
-            advantage = (advantage - advantage.mean()) / (mx.nd.sqrt(((advantage - advantage.mean()) ** 2).mean())
-                                                          + 1e-6)
-            entropy = -(mx.nd.exp(log_p) * log_p).sum(axis=1)
-            loss = (-(mx.nd.pick(log_p, picked, axis=1) * advantage).mean()
-                    + settings.value_weight * ((values - targets) ** 2).mean()
-                    - settings.entropy * entropy.mean())
-        loss.backward()
-        trainer.step(1)
+        actor_critic_step(net, trainer, observations[start:stop], actions[start:stop], step_returns[start:stop],
+                          settings.value_weight, settings.entropy)
     return float(sum(sampler.rewards))
 
 
@@ -434,7 +462,7 @@ def load_checkpoint(folder: Path, settings: TrainSettings) -> dict | None:
     if state.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"{path}: checkpoint version {state.get('version')!r}, expected {CHECKPOINT_VERSION}")
     saved = state.get("settings", {})
-    differs = [f.name for f in fields(TrainSettings) if _jsonable(getattr(settings, f.name)) != saved.get(f.name)]
+    differs = [f.name for f in fields(settings) if _jsonable(getattr(settings, f.name)) != saved.get(f.name)]
     if differs:
         raise ValueError(f"{path}: made with other settings ({', '.join(differs)}); resume with the same ones, "
                          f"or delete {folder}")
@@ -474,17 +502,25 @@ def _check(settings: TrainSettings) -> None:
     """One ValueError line for the first setting out of range (the CLI's argparse checks the same first)."""
     if not settings.workloads:
         raise ValueError("--workloads: at least one workload file")
-    for name, low in _AT_LEAST.items():
+    check_ranges(settings, _AT_LEAST, positive=("learning_rate", "rl_learning_rate"))
+
+
+def check_ranges(settings, at_least: Mapping[str, int], positive: Sequence[str],
+                 unit: Sequence[str] = ("held_out", "gamma"), non_negative: Sequence[str] = ("entropy", "value_weight")
+                 ) -> None:
+    """One ValueError line for the first setting out of its range: whole numbers at least `at_least[name]`,
+    finite numbers > 0 (`positive`), in [0, 1) (`unit`) or finite and >= 0 (`non_negative`)."""
+    for name, low in at_least.items():
         value = getattr(settings, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name}: expected a whole number >= {low}, got {value!r}")
-    for name in ("learning_rate", "rl_learning_rate"):
+    for name in positive:
         if not 0 < getattr(settings, name) < math.inf:
             raise ValueError(f"{name}: expected a finite number > 0, got {getattr(settings, name)!r}")
-    for name in ("held_out", "gamma"):
+    for name in unit:
         if not 0 <= getattr(settings, name) < 1:
             raise ValueError(f"{name}: expected a number in [0, 1), got {getattr(settings, name)!r}")
-    for name in ("entropy", "value_weight"):
+    for name in non_negative:
         if not 0 <= getattr(settings, name) < math.inf:
             raise ValueError(f"{name}: expected a finite number >= 0, got {getattr(settings, name)!r}")
 
@@ -516,13 +552,7 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
             trainer.load_states(str(folder / "trainer.states"))
         if settings.imitation_epochs > 0:
             train_set, held_set = teacher_decisions(settings, scenarios)
-            for epoch in range(state["done"], settings.imitation_epochs):
-                loss = imitation_epoch(net, trainer, train_set, settings, epoch)
-                state["imitation_losses"].append(loss)
-                state["done"] = epoch + 1
-                on_progress("imitation", epoch + 1, settings.imitation_epochs, {"loss": loss})
-                if (epoch + 1) % settings.checkpoint_every == 0 and epoch + 1 < settings.imitation_epochs:
-                    save_checkpoint(folder, net, trainer, state)
+            imitation_epochs(net, trainer, train_set, settings, state, folder, on_progress)
             state["train_accuracy"] = action_accuracy(net, train_set)
             state["agreement"] = asdict(agreement(net, held_set))
             net.save_parameters(str(imitation_model(out)))

@@ -1,6 +1,7 @@
-"""`coach train-policy`: the learned `dl2` policy, warmed up by imitating a simulator policy, then trained by
-reinforcement learning in the simulator. Parses options, shows a progress bar per phase, prints what was
-measured; coach.simulator.learn_dl2 does the work."""
+"""`coach train-policy`: the learned `dl2` networks, warmed up by imitating an existing policy, then trained by
+reinforcement learning. `--level cluster` (default): the cluster simulator's GPU jobs, on workload files
+(coach.simulator.learn_dl2); `--level run`: Coach's own jobs, workers and servers, in virtual-time runs of its
+lifecycle (coach.app.learn_counts). Parses options, shows a progress bar per phase, prints what was measured."""
 
 from __future__ import annotations
 
@@ -34,21 +35,51 @@ def _progress(quiet: bool):
     return progress, on_progress
 
 
-def cmd_train_policy(args) -> int:
+_CLUSTER_ONLY = ("workloads", "cluster", "traces", "horizon_rounds")
+_RUN_ONLY = ("reward", "teacher_episodes", "eval_episodes")
+
+
+def _train_cluster(args, out: Path, on_progress):
     from coach.simulator.learn_dl2 import train
 
+    if not args.workloads:
+        raise ValueError("--workloads: required with --level cluster (workload CSVs to train on)")
+    for name in _RUN_ONLY:
+        if getattr(args, name) is not None:
+            raise ValueError(f"--{name.replace('_', '-')}: only with --level run")
+    options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs",
+                                                      "horizon_rounds") if getattr(args, name) is not None}
+    return train(args.imitate, args.workloads, out, args.seed, cluster=args.cluster or "16x4",
+                 traces=Path(args.traces) if args.traces else None, resume=args.resume, on_progress=on_progress,
+                 **options)
+
+
+def _train_run(args, out: Path, on_progress):
+    from coach.app.learn_counts import train_counts
+
+    given = [name for name in _CLUSTER_ONLY if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"--{given[0].replace('_', '-')}: only with --level cluster (run-level training makes "
+                         f"its own jobs)")
+    options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs", *_RUN_ONLY)
+               if getattr(args, name) is not None}
+    return train_counts(out, args.seed, imitate=args.imitate, resume=args.resume, on_progress=on_progress,
+                        **options)
+
+
+#: what `--level` trains: the network of the cluster simulator's GPU jobs, or of Coach's own jobs
+TRAINERS = {"cluster": _train_cluster, "run": _train_run}
+
+
+def cmd_train_policy(args) -> int:
     out = Path(args.out)
     if out.is_dir():
         return fail([f"--out: {args.out}: is a folder, expected the model file to write"])
     if not out.parent.is_dir():
         return fail([f"--out: {out.parent}: no such folder"])
-    options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs",
-                                                      "horizon_rounds") if getattr(args, name) is not None}
     progress, on_progress = _progress(args.quiet)
     try:
-        report = train(args.imitate, args.workloads, out, args.seed, cluster=args.cluster,
-                       traces=Path(args.traces) if args.traces else None, resume=args.resume,
-                       on_progress=on_progress, **options)
+        report = TRAINERS[args.level](args, out, on_progress)
     except ValueError as error:  # workloads, traces, settings, a checkpoint of other settings: one line each
         return fail([" ".join(str(error).split())])
     except OSError as error:
@@ -64,28 +95,44 @@ def cmd_train_policy(args) -> int:
 def add_commands(sub, subparser, epilog: str) -> None:
     from coach.simulator.policies import teachers
 
+    from coach.app.learn_counts import REWARDS, RUN_TEACHERS
+
     train = subparser(sub, "train-policy", epilog=epilog,
-                      help="train the learned dl2 policy: imitate a simulator policy, then reinforcement learning")
-    train.add_argument("--imitate", required=True, choices=teachers(),
-                       help="the elastic simulator policy whose decisions the network learns first (required, no "
-                            "default)")
-    train.add_argument("--workloads", required=True, nargs="+", metavar="CSV",
-                       help="workload CSVs to train on (required, no default; keep others for evaluation)")
+                      help="train the learned dl2 policy: imitate an existing policy, then reinforcement learning")
+    train.add_argument("--level", choices=sorted(TRAINERS), default="cluster",
+                       help="cluster: the simulator's GPU jobs (`coach simulate --policy dl2`); run: Coach's own "
+                            "jobs, workers and servers (`coach run --policy dl2`) (default: %(default)s)")
+    train.add_argument("--imitate", required=True, choices=sorted(set(teachers()) | set(RUN_TEACHERS)),
+                       help="the policy whose decisions the network learns first: an elastic simulator policy for "
+                            "--level cluster, coach for --level run (required, no default)")
+    train.add_argument("--workloads", nargs="+", metavar="CSV",
+                       help="workload CSVs to train on (--level cluster only, and required there, no default; keep "
+                            "others for evaluation)")
     train.add_argument("--out", required=True, metavar="FILE",
                        help="the model file to write (required, no default); its checkpoints go to FILE.ckpt/")
     train.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
                        help=f"seed of everything random, 0 <= N <= {MAX_SEED} (default: %(default)s)")
-    train.add_argument("--cluster", default="16x4", metavar="NxG|FILE",
-                       help="the simulated cluster (default: %(default)s)")
-    train.add_argument("--traces", metavar="DIR", help="folder of the applications' traces (default: as simulate)")
+    train.add_argument("--cluster", metavar="NxG|FILE",
+                       help="the simulated cluster (--level cluster only; default: 16x4)")
+    train.add_argument("--traces", metavar="DIR",
+                       help="folder of the applications' traces (--level cluster only; default: as simulate)")
     train.add_argument("--imitation-epochs", type=integer(0, 10_000), metavar="N",
                        help="passes over the imitated decisions, 0 skips imitation (default: 20)")
     train.add_argument("--rl-episodes", type=integer(0, 1_000_000), metavar="N",
                        help="reinforcement-learning episodes, 0 skips them (default: 100)")
     train.add_argument("--episode-jobs", type=integer(1, 1_000_000), metavar="N",
-                       help="consecutive arrivals of one training workload per episode (default: 40)")
+                       help="jobs per episode: consecutive arrivals of one workload (--level cluster, default: 40), "
+                            "at most this many jobs started together (--level run, at least 4, default: 10)")
     train.add_argument("--horizon-rounds", type=integer(1, 1_000_000), metavar="N",
-                       help="scheduling rounds per episode at most (default: 120)")
+                       help="scheduling rounds per episode at most (--level cluster only; default: 120)")
+    train.add_argument("--reward", choices=sorted(REWARDS),
+                       help="--level run only: a round's reward, the jobs' epoch progress until the next round "
+                            "(DL2's) or minus the job-minutes spent unfinished (default: progress)")
+    train.add_argument("--teacher-episodes", type=integer(1, 1_000_000), metavar="N",
+                       help="--level run only: episodes the imitated policy decides (default: 200)")
+    train.add_argument("--eval-episodes", type=integer(1, 1_000_000), metavar="N",
+                       help="--level run only: fixed episodes the teacher and the networks are measured on "
+                            "(default: 20)")
     train.add_argument("--resume", action="store_true",
                        help="go on from FILE.ckpt/ when it holds a run of the same settings (default: start over)")
     train.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")

@@ -91,7 +91,7 @@ def test_network_output_shapes_and_masked_actions_have_no_probability():
     jobs, globs, present, mask = pad(observations + [small])
     assert jobs.shape == (4, 3, JOB_FEATURES) and globs.shape == (4, GLOBAL_FEATURES)
     assert present.tolist()[3] == [1, 0, 0] and mask.tolist()[3] == [1, 0, 0, 1]  # STOP moved to the last column
-    assert padded_action(1, 1, 3) == 3 and padded_action(0, 1, 3) == 0
+    assert padded_action(1, small, 3) == 3 and padded_action(0, small, 3) == 0
     logits, values = net(mx.nd.array(jobs), mx.nd.array(globs), mx.nd.array(present), mx.nd.array(mask))
     assert logits.shape == (4, 4) and values.shape == (4,)
     probabilities = mx.nd.softmax(logits, axis=1).asnumpy()

@@ -1,14 +1,15 @@
-"""`coach run --policy dl2`: the learned network deciding a live run's workers, the speed fit its servers, within
-the free slots and each job's money; fixed and uncalibrated jobs as under `coach`."""
+"""`coach run --policy dl2`: the learned network deciding a live run's workers and servers (one more worker, one
+more server, or both, at a time), within the free slots and each job's money; fixed and uncalibrated jobs as under
+`coach`."""
 
 from __future__ import annotations
 
 import pytest
 
-from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, FittedApp
-from coach.model.speed_forms import fit_chosen
+from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, counts_round
 from coach.policy.history import History
 from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
+from coach.simulator.policies.dl2.counts import COUNTS_SHAPE
 from coach.simulator.policies.dl2.network import new_network
 from tests.unit.test_run_policy import CLUSTER, calibrated, spec
 
@@ -16,7 +17,7 @@ from tests.unit.test_run_policy import CLUSTER, calibrated, spec
 @pytest.fixture
 def model(tmp_path):
     path = tmp_path / "dl2.params"
-    new_network(seed=3).save_parameters(str(path))
+    new_network(seed=3, shape=COUNTS_SHAPE).save_parameters(str(path))
     return path
 
 
@@ -32,9 +33,9 @@ def test_a_missing_model_is_a_one_line_check_problem(tmp_path):
     assert problem.startswith(f"policy: {tmp_path / 'none.params'}: ") and "\n" not in problem
 
 
-def test_workers_fit_the_free_slots_and_servers_the_job_limits(model):
+def test_counts_fit_the_free_slots_and_the_job_limits(model):
     policy = Dl2RunPolicy(model)
-    jobs = [JobView(spec(name, max_servers=2), calibrated(), 0, True) for name in ("a", "b", "c")]
+    jobs = [JobView(spec(name, max_servers=2, max_workers=3), calibrated(), 0, True) for name in ("a", "b", "c")]
 
     decided = policy.decide(CLUSTER, jobs, 0.0)
 
@@ -42,10 +43,24 @@ def test_workers_fit_the_free_slots_and_servers_the_job_limits(model):
     counts = [d for d in decided.values() if isinstance(d, Counts)]
     assert counts, decided
     assert sum(c.workers + c.servers + 1 for c in counts) <= CLUSTER.total_slots
-    assert all(1 <= c.servers <= 2 and c.workers >= 1 and c.affordable for c in counts)
-    assert all(c.details["workers_by"] == "network" for c in counts)
+    assert all(1 <= c.servers <= 2 and 1 <= c.workers <= 3 and c.affordable for c in counts)
+    assert all(c.details["by"] == "network" and set(c.details["actions"]) <= {"worker", "server", "both"}
+               and c.details["actions"][0] == "both" for c in counts)
     assert all(isinstance(d, Wait) and d.reason.startswith("dl2:") for d in decided.values()
                if not isinstance(d, Counts))
+
+
+def test_slots_of_jobs_mid_epoch_are_not_given_again(model):
+    policy = Dl2RunPolicy(model)
+    running = JobView(spec("running"), calibrated(), 9, False)  # 9 of 12 slots held by a job not asking
+    asking = JobView(spec("asking"), calibrated(), 0, True)
+
+    decided = policy.decide(CLUSTER, [running, asking], 0.0)
+
+    assert "running" not in decided
+    chosen = decided["asking"]
+    assert isinstance(chosen, Wait) or chosen.workers + chosen.servers + 1 <= 3
+    assert counts_round(CLUSTER, [asking], held_elsewhere=9).free_slots == 3
 
 
 def test_fixed_and_uncalibrated_jobs_are_decided_as_under_coach(model):
@@ -74,15 +89,6 @@ def test_a_full_cluster_leaves_learned_jobs_waiting(model):
     waiting = JobView(spec("w"), calibrated(), 0, True)
 
     assert isinstance(policy.decide(CLUSTER, [holder, waiting], 0.0)["w"], Wait)
-
-
-def test_the_fitted_app_picks_the_fastest_server_count_within_the_limit():
-    app = FittedApp("m", fit_chosen(calibrated().observations), max_servers=3, init_batch=64, max_batch=640,
-                    max_local_batch=64)
-
-    assert app.servers_for(3) == 1  # speed() of test_run_policy is best at one server
-    assert app.servers_for(3, limit=1) == 1
-    assert app.throughput(0, 0, 64) == 0.0 and app.throughput(3, 1, 64) > 0
 
 
 def test_a_run_under_dl2_calibrates_then_trains_every_job_with_the_shipped_model(tmp_path):

@@ -39,3 +39,49 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.strip() and "Traceback" not in err
     assert main(["train-policy", "--imitate", "fifo", "--workloads", str(WORKLOAD), "--out", "x"]) == 2
     assert "invalid choice: 'fifo'" in capsys.readouterr().err
+
+
+def test_run_level_training_writes_a_counts_model_the_run_policy_loads(tmp_path, capsys):
+    from coach.simulator.policies.dl2 import load_counts
+
+    out = tmp_path / "counts.params"
+
+    code = main(["train-policy", "--level", "run", "--imitate", "coach", "--out", str(out), "--imitation-epochs", "2",
+                 "--rl-episodes", "2", "--episode-jobs", "5", "--teacher-episodes", "3", "--eval-episodes", "2",
+                 "--quiet"])
+
+    assert code == 0
+    printed = capsys.readouterr().out
+    report = json.loads(printed[:printed.rindex("model: ")])
+    assert report["settings"]["episode_jobs"] == 5 and report["settings"]["teacher_episodes"] == 3
+    assert 0 <= report["held_out_accuracy"] <= 1
+    assert set(report["evaluation"]) == {"teacher", "imitation", "final"}
+    load_counts(out)
+
+
+def test_run_level_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    base = ["train-policy", "--level", "run", "--out", str(tmp_path / "m.params")]
+
+    assert main([*base, "--imitate", "drf"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--imitate: 'drf' does not decide Coach's job counts; expected "
+                                                    "one of coach")
+    assert main([*base, "--imitate", "coach", "--workloads", str(WORKLOAD)]) == 2
+    assert "--workloads: only with --level cluster" in capsys.readouterr().err
+    assert main([*base, "--imitate", "coach", "--episode-jobs", "2"]) == 2
+    assert "episode_jobs: expected at least min_jobs (4), got 2" in capsys.readouterr().err
+    assert main(["train-policy", "--imitate", "drf", "--out", str(tmp_path / "m.params")]) == 2
+    assert "--workloads: required with --level cluster" in capsys.readouterr().err
+    assert main([*base, "--level", "galaxy", "--imitate", "coach"]) == 2
+    assert "invalid choice: 'galaxy'" in capsys.readouterr().err
+
+
+def test_the_reward_is_a_run_level_choice(tmp_path, capsys):
+    assert main(["train-policy", "--imitate", "drf", "--workloads", str(WORKLOAD), "--out", str(tmp_path / "m"),
+                 "--reward", "jct"]) == 2
+    assert "--reward: only with --level run" in capsys.readouterr().err
+    assert main(["train-policy", "--imitate", "drf", "--workloads", str(WORKLOAD), "--out", str(tmp_path / "m"),
+                 "--teacher-episodes", "3"]) == 2
+    assert "--teacher-episodes: only with --level run" in capsys.readouterr().err
+    assert main(["train-policy", "--level", "run", "--imitate", "coach", "--out", str(tmp_path / "m"), "--reward",
+                 "fame"]) == 2
+    assert "invalid choice: 'fame'" in capsys.readouterr().err

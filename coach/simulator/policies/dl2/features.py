@@ -42,16 +42,30 @@ SpeedCache = MutableMapping[tuple[int, int, int, int], tuple[AppModel, float]]
 
 
 @dataclass(frozen=True)
+class Shape:
+    """What a network reads and answers: per-job and global feature widths, action kinds per job."""
+
+    job_features: int = JOB_FEATURES
+    global_features: int = GLOBAL_FEATURES
+    kinds: int = 1
+
+
+#: the simulator's GPU jobs (Round)
+GPU_SHAPE = Shape()
+
+
+@dataclass(frozen=True)
 class Observation:
     """One decision's input, for `n` window jobs (no padding: batches pad, see `pad`)."""
 
-    jobs: np.ndarray  # (n, JOB_FEATURES) float32
-    globals: np.ndarray  # (GLOBAL_FEATURES,) float32
-    mask: np.ndarray  # (n + 1,) float32: 1 legal, 0 not; the last entry is STOP (always 1)
+    jobs: np.ndarray  # (n, job features) float32
+    globals: np.ndarray  # (global features,) float32
+    mask: np.ndarray  # (n * kinds + 1,) float32: 1 legal, 0 not; job i's kind k at i * kinds + k, STOP last (1)
+    kinds: int = 1  # actions per job: 1 here (one more GPU); 3 for Coach's own jobs (dl2.counts)
 
     @property
     def stop(self) -> int:
-        return len(self.jobs)
+        return len(self.jobs) * self.kinds
 
 
 def _clip(value: float) -> float:
@@ -181,24 +195,27 @@ class Round:
 
 
 def pad(observations: list[Observation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A batch for the network: jobs (B, W, F), globals (B, G), present (B, W), mask (B, W + 1), W the largest
-    window in the batch (at least 1). A padded job is absent and illegal; STOP moves to the last column."""
+    """A batch for the network: jobs (B, W, F), globals (B, G), present (B, W), mask (B, W * kinds + 1), W the
+    largest window in the batch (at least 1); one round type per batch (the same widths and kinds). A padded job
+    is absent and illegal; STOP moves to the last column."""
+    first = observations[0]
+    kinds = first.kinds
     width = max([len(o.jobs) for o in observations] + [1])
     count = len(observations)
-    jobs = np.zeros((count, width, JOB_FEATURES), dtype=np.float32)
-    globals_ = np.zeros((count, GLOBAL_FEATURES), dtype=np.float32)
+    jobs = np.zeros((count, width, first.jobs.shape[1]), dtype=np.float32)
+    globals_ = np.zeros((count, len(first.globals)), dtype=np.float32)
     present = np.zeros((count, width), dtype=np.float32)
-    mask = np.zeros((count, width + 1), dtype=np.float32)
+    mask = np.zeros((count, width * kinds + 1), dtype=np.float32)
     for b, o in enumerate(observations):
         n = len(o.jobs)
         jobs[b, :n] = o.jobs
         globals_[b] = o.globals
         present[b, :n] = 1.0
-        mask[b, :n] = o.mask[:n]
-        mask[b, width] = o.mask[n]
+        mask[b, :n * kinds] = o.mask[:n * kinds]
+        mask[b, width * kinds] = o.mask[n * kinds]
     return jobs, globals_, present, mask
 
 
-def padded_action(action: int, n: int, width: int) -> int:
-    """An action of an n-job observation as a column of a batch padded to `width` jobs (STOP moves)."""
-    return width if action == n else action
+def padded_action(action: int, observation: Observation, width: int) -> int:
+    """An action of `observation` as a column of a batch padded to `width` jobs (STOP moves)."""
+    return width * observation.kinds if action == observation.stop else action

@@ -4,12 +4,14 @@ Two dense layers per path, shared by every job of the window (so the window may 
 does not depend on where it sits apart from its position feature):
 
     h_i    = relu(W_job x_i + W_glob g + b)        one hidden vector per job (x_i its row, g the globals)
-    s_i    = w_score . h_i + c                       the score of "one more GPU for job i"
+    s_ik   = w_score_k . h_i + c_k                   the score of action kind k for job i
     z      = relu(W_head [mean_i h_i, max_i h_i, g] + b')
     stop   = w_stop . z + c',   value = w_value . z + c''
 
-The policy is a softmax over the legal actions (the mask sets the others to -1e9), STOP last; the value is the
-critic's estimate of the discounted reward to come. `NumpyNet` computes the same numbers from the Gluon
+The policy is a softmax over the legal actions (the mask sets the others to -1e9), job-major (job i's kind k is
+column i * kinds + k), STOP last; the value is the critic's estimate of the discounted reward to come. `kinds` is
+1 for the simulator's GPU jobs (one more GPU) and 3 for Coach's own jobs (one more worker, one more server, or
+both; coach.simulator.policies.dl2.counts); the feature widths are those of the round the network reads. `NumpyNet` computes the same numbers from the Gluon
 parameters (a round makes up to one decision per GPU, and a small Gluon call costs ~0.2 ms, numpy ~0.02 ms).
 """
 
@@ -24,27 +26,28 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from coach.simulator.policies.dl2 import ModelFileError
-from coach.simulator.policies.dl2.features import GLOBAL_FEATURES, JOB_FEATURES, Observation
+from coach.simulator.policies.dl2.features import GPU_SHAPE, Observation, Shape
 
 HIDDEN = 32
 _MASKED = 1e9
 
 
 class ActorCritic(gluon.HybridBlock):
-    def __init__(self, hidden: int = HIDDEN, **kwargs):
+    def __init__(self, hidden: int = HIDDEN, shape: Shape = GPU_SHAPE, **kwargs):
         super().__init__(**kwargs)
         self.hidden = hidden
+        self.shape = shape
         with self.name_scope():
-            self.job_dense = nn.Dense(hidden, flatten=False, in_units=JOB_FEATURES)
-            self.glob_dense = nn.Dense(hidden, use_bias=False, in_units=GLOBAL_FEATURES)
-            self.score = nn.Dense(1, flatten=False, in_units=hidden)
-            self.head = nn.Dense(hidden, activation="relu", in_units=2 * hidden + GLOBAL_FEATURES)
+            self.job_dense = nn.Dense(hidden, flatten=False, in_units=shape.job_features)
+            self.glob_dense = nn.Dense(hidden, use_bias=False, in_units=shape.global_features)
+            self.score = nn.Dense(shape.kinds, flatten=False, in_units=hidden)
+            self.head = nn.Dense(hidden, activation="relu", in_units=2 * hidden + shape.global_features)
             self.stop = nn.Dense(1, in_units=hidden)
             self.value = nn.Dense(1, in_units=hidden)
 
     def hybrid_forward(self, F, jobs, globs, present, mask):
-        """jobs (B, W, JOB_FEATURES), globs (B, GLOBAL_FEATURES), present (B, W), mask (B, W + 1) ->
-        masked logits (B, W + 1) and values (B,)."""
+        """jobs (B, W, job features), globs (B, global features), present (B, W), mask (B, W * kinds + 1) ->
+        masked logits (B, W * kinds + 1) and values (B,)."""
         h = F.relu(F.broadcast_add(self.job_dense(jobs), F.expand_dims(self.glob_dense(globs), axis=1)))
         here = F.expand_dims(present, axis=2)
         h = F.broadcast_mul(h, here)  # padded jobs: zero (relu makes every real entry >= 0, so max is unharmed)
@@ -56,16 +59,16 @@ class ActorCritic(gluon.HybridBlock):
         return logits, F.reshape(self.value(z), shape=(-1,))
 
 
-def new_network(seed: int, hidden: int = HIDDEN) -> ActorCritic:
+def new_network(seed: int, hidden: int = HIDDEN, shape: Shape = GPU_SHAPE) -> ActorCritic:
     """A freshly initialised network (Xavier weights, zero biases), reproducible from `seed`."""
     mx.random.seed(seed)
-    net = ActorCritic(hidden)
+    net = ActorCritic(hidden, shape)
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     return net
 
 
-def load_network(path: Path) -> ActorCritic:
-    """The network saved at `path` (save_parameters); its hidden size is read from the file."""
+def load_network(path: Path, shape: Shape = GPU_SHAPE) -> ActorCritic:
+    """The network saved at `path` (save_parameters) for rounds of `shape`; its hidden size is read from the file."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no DL2 model file here")
@@ -77,10 +80,12 @@ def load_network(path: Path) -> ActorCritic:
     if weight is None or weight.ndim != 2:
         raise ModelFileError(f"{path}: not a DL2 model (no job_dense.weight)")
     hidden, features = weight.shape
-    if features != JOB_FEATURES:
-        raise ModelFileError(f"{path}: the model reads {features} job features, this Coach computes "
-                             f"{JOB_FEATURES}: train it again")
-    net = ActorCritic(hidden)
+    score = arrays.get("score.weight")
+    kinds = score.shape[0] if score is not None and score.ndim == 2 else None
+    if (features, kinds) != (shape.job_features, shape.kinds):
+        raise ModelFileError(f"{path}: the model reads {features} job features and scores {kinds} action kinds per "
+                             f"job, these rounds have {shape.job_features} and {shape.kinds}: train it again")
+    net = ActorCritic(hidden, shape)
     try:
         net.load_parameters(str(path), ctx=mx.cpu())
     except (AssertionError, mx.base.MXNetError) as exc:
@@ -118,16 +123,15 @@ class NumpyNet:
         head_w, head_b = _weights(net.head)
         stop_w, stop_b = _weights(net.stop)
         value_w, value_b = _weights(net.value)
-        return cls(job_w, job_b, glob_w, score_w[0], score_b, head_w, head_b, stop_w[0], stop_b, value_w[0],
-                   value_b)
+        return cls(job_w, job_b, glob_w, score_w, score_b, head_w, head_b, stop_w[0], stop_b, value_w[0], value_b)
 
     def forward(self, observation: Observation) -> tuple[np.ndarray, float]:
-        """(masked logits (n + 1,), value) of one unpadded observation."""
+        """(masked logits (n * kinds + 1,), value) of one unpadded observation."""
         jobs = observation.jobs.astype(np.float64)
         globs = observation.globals.astype(np.float64)
         base = self.glob_w @ globs + self.job_b
         h = np.maximum(jobs @ self.job_w.T + base, 0.0)
-        scores = h @ self.score_w + self.score_b[0]
+        scores = (h @ self.score_w.T + self.score_b).ravel()  # job-major: job i's kind k at i * kinds + k
         n = len(jobs)
         mean = h.sum(axis=0) / max(n, 1)
         top = h.max(axis=0) if n else np.zeros_like(base)
