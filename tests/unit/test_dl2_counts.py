@@ -172,3 +172,20 @@ def test_round_rewards_progress_and_job_time():
     assert job_time.tolist() == pytest.approx([-20 / 60, -20 / 60])  # 2 jobs x 10 s, then 1 job x 20 s
     returns = rounds.returns(130.0, CountsTrainSettings(gamma=0.5, discount_s=10.0))
     assert returns.tolist() == pytest.approx([1.5 + 0.5 * 0.5, 0.5])  # the second round is 10 s (one half-life) on
+
+
+def test_coach_explains_a_step_that_slots_freed_by_settling_could_have_taken():
+    """A job that moved to its grown counts while another settled back to fewer slots: its next step is neither
+    excluded nor taken; `coach` used to fail an assertion there (found by the counts network's training)."""
+    import json as json_
+
+    from coach.app.learn_counts import CountsTrainSettings, episode
+    from coach.app.simulate import simulate_jobs
+
+    ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 38]))
+    sim = simulate_jobs(ep.specs, ep.cluster, policy="coach", models=ep.models)
+
+    reasons = [r["decision"] for recs in sim.records.values() for r in recs
+               if "while the jobs grew" in json_.dumps(r.get("decision", {}))]
+    assert reasons and all(summary["stop_reason"] in ("max_epochs", "budget")
+                           for summary in sim.summary["jobs"].values())
