@@ -37,10 +37,12 @@ HELD_OUT_STREAM = 20  # training draws its episodes from streams 10-12
 
 
 def paired(ours: list[float], theirs: list[float]) -> dict:
+    """Mean per-episode change, wins, and the two paired tests' p (1.0 when every pair is equal: no difference)."""
     change = [a / b - 1 for a, b in zip(ours, theirs)]
+    same = all(a == b for a, b in zip(ours, theirs))
     return {"mean_change": statistics.fmean(change), "wins": sum(a < b for a, b in zip(ours, theirs)),
-            "wilcoxon_p": float(stats.wilcoxon(ours, theirs).pvalue), "paired_t_p": float(stats.ttest_rel(ours,
-                                                                                                             theirs).pvalue)}
+            "wilcoxon_p": 1.0 if same else float(stats.wilcoxon(ours, theirs).pvalue),
+            "paired_t_p": 1.0 if same else float(stats.ttest_rel(ours, theirs).pvalue)}
 
 
 def compare(a: Path, b: Path, out: Path) -> dict | None:
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
         result["coach_compare_significant"] = significant
         print(f"coach compare (Welch over jobs, p < 0.05): dl2 faster in {significant['dl2']}, coach faster in "
               f"{significant['coach']} of {args.episodes} episodes")
-    (args.out / "dl2_counts_eval.json").write_text(json.dumps(result, indent=1))
+    (args.out / "dl2_counts_eval.json").write_text(json.dumps(result, indent=1, allow_nan=False))
     return 0
 
 

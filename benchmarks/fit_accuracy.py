@@ -2,8 +2,9 @@
 
 Two modes, so that the slow part (real MXNet epochs) runs once and the fits can be compared again at will:
 
-measure  runs a real job through Coach: one dynamic run for its calibration (4 mini-epochs at (1,1), (1,2),
-         (2,1), (2,2) on a slice of the data), then static runs of full epochs at several (workers, servers).
+measure  runs a real job through Coach: one dynamic run for its calibration (the policy's mini-epochs,
+         coach.policy.planning.CALIBRATION_POINTS, on a slice of the data), then static runs of full epochs at
+         several (workers, servers).
          It saves what it measured (calibration log lines and every epoch's time per point) to a JSON file,
          e.g. benchmarks/data/fit_points_lenet.json. Run it under the shared lock on an otherwise idle machine:
 
@@ -12,11 +13,11 @@ measure  runs a real job through Coach: one dynamic run for its calibration (4 m
 
 compare  re-fits every form of coach.model.speed_forms.FORMS from saved files and prints, per form and file,
          the relative error of the predicted epoch time at held-out points, in two settings:
-         - calibration: fitted on the four calibration mini-epochs only (what the policy has at the start),
+         - calibration: fitted on the file's calibration mini-epochs only (what the policy has at the start),
            predicting the measured points calibration did not sample;
          - leave-one-out: fitted on the calibration plus every other measured point (full epochs, as the policy
            sees once it has run some), predicting the one left out, over every measured point;
-         - full-calibration: fitted on the full epochs measured at the four calibration counts, predicting the
+         - full-calibration: fitted on the full epochs measured at the calibration counts, predicting the
            others: the form's own error, without that of scaling a mini-epoch to a full epoch.
 
     .venv/bin/python benchmarks/fit_accuracy.py compare benchmarks/data/fit_points_*.json [--markdown]
@@ -45,7 +46,6 @@ sys.path.insert(0, str(ROOT))
 from coach.model.speed import SpeedObservation  # noqa: E402
 from coach.model.speed_forms import CHOSEN_FORM, FORMS  # noqa: E402
 from coach.policy.history import observations  # noqa: E402
-from coach.policy.planning import CALIBRATION_POINTS  # noqa: E402
 
 DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"
 GOAL = 0.10
@@ -161,8 +161,9 @@ def load_points(path: Path) -> dict:
                 and all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in times)):
             raise BadInput(f"{path}: {field}.epoch_times_s: expected more than {drop} finite positive times")
         measured[(workers, servers)] = statistics.median(times[drop:])
+    sampled = tuple(dict.fromkeys((o.workers, o.servers) for o in calibration_obs))
     return {"name": str(data.get("model") or path.stem), "calibration": calibration_obs, "measured": measured,
-            "duration_s": data.get("duration_s")}
+            "duration_s": data.get("duration_s"), "sampled": sampled}
 
 
 def relative_error(predicted_s: float, measured_s: float) -> float:
@@ -179,12 +180,12 @@ def calibration_errors(form, data) -> dict[tuple[int, int], tuple[float, float]]
 def full_calibration_errors(form, data) -> dict[tuple[int, int], float]:
     """Fitted on the full epochs measured at the calibration counts instead of the scaled mini-epochs: the
     error of the form alone, without the error of scaling a mini-epoch to a full epoch."""
-    full = [SpeedObservation(w, s, 1.0 / t) for (w, s), t in data["measured"].items() if (w, s) in CALIBRATION_POINTS]
+    full = [SpeedObservation(w, s, 1.0 / t) for (w, s), t in data["measured"].items() if (w, s) in data["sampled"]]
     if not full:
         return {}
     fit = form.fit(full)
     return {point: relative_error(fit.epoch_time_s(*point), measured_s)
-            for point, measured_s in data["measured"].items() if point not in CALIBRATION_POINTS}
+            for point, measured_s in data["measured"].items() if point not in data["sampled"]}
 
 
 def leave_one_out_errors(form, data) -> dict[tuple[int, int], float]:
@@ -213,7 +214,7 @@ def compare(args) -> int:
     for name, form in FORMS.items():
         for data in files:
             cal = calibration_errors(form, data)
-            unseen = [e for p, (_, e) in cal.items() if p not in CALIBRATION_POINTS]
+            unseen = [e for p, (_, e) in cal.items() if p not in data["sampled"]]
             loo = leave_one_out_errors(form, data)
             full = full_calibration_errors(form, data)
             table.append((name, data["name"], *summary(unseen), *summary(loo.values()), summary(full.values())[0]))
@@ -238,7 +239,7 @@ def compare(args) -> int:
         if args.markdown:
             print("|" + "---|" * (3 + len(FORMS)))
         for point, measured_s in data["measured"].items():
-            star = "*" if point in CALIBRATION_POINTS else ""
+            star = "*" if point in data["sampled"] else ""
             cells = []
             for name in FORMS:
                 cal, loo = details[name, data["name"]]

@@ -491,11 +491,11 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     started = time.monotonic()
     order_seed = hyper.seed * 100003 + request.step * 101 + rank
     noise = NoiseProbe(trainer._params, num_workers, hyper.batch_size) if hyper.measure_noise else None
-    loss_sum, correct, samples, diverged, first_step_end = _train(net, trainer, loss_fn, x, y, order_seed,
-                                                                  hyper.batch_size, num_workers, noise, vote=vote)
+    loss_sum, correct, samples, diverged, marks = _train(net, trainer, loss_fn, x, y, order_seed, hyper.batch_size,
+                                                         num_workers, noise, vote=vote)
     vote.close()
     compute_s = time.monotonic() - started
-    warmup_s = _warmup_s(first_step_end, started, compute_s, math.ceil(samples / hyper.batch_size))
+    warmup_s = _warmup_s(marks, started, compute_s, math.ceil(samples / hyper.batch_size))
     diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
 
     validation, saved = {}, None
@@ -520,13 +520,21 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     return reply.to_dict()
 
 
-def _warmup_s(first_step_end: float | None, started: float, compute_s: float, steps: int) -> float | None:
-    """The first step's time beyond the mean of the later ones (None with fewer than two steps): the cold start
-    a mini-epoch pays once, like a full epoch, so coach/policy/history.py does not scale it with the data."""
-    if first_step_end is None or steps < 2:
+def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: int) -> float | None:
+    """The training loop's start-up time: what its first steps took beyond the rate of its later ones (None with
+    fewer than two steps). A mini-epoch pays it once, like a full epoch, so coach/policy/history.py does not scale
+    it with the data. `marks` maps a step count to when it was done (monotonic clock): with the halfway mark, the
+    first half's excess over the second half's rate (the start-up lasts several steps: measured for LeNet, a
+    mini-epoch's loop ran 15-30% slower per sample than a full epoch's, the first step explaining a fraction of
+    it); otherwise the first step's excess over the mean of the later ones."""
+    if steps < 2:
         return None
-    first_s = min(max(first_step_end - started, 0.0), compute_s)
-    return max(0.0, first_s - (compute_s - first_s) / (steps - 1))
+    count = max((c for c in marks if 2 <= c < steps), default=1)
+    mark = marks.get(count)
+    if mark is None:
+        return None
+    head_s = min(max(mark - started, 0.0), compute_s)
+    return max(0.0, head_s - (compute_s - head_s) * count / (steps - count))
 
 
 class KvstoreJoin:
@@ -600,8 +608,9 @@ def _await_broadcast(trainer, params) -> None:
 
 def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
            noise: NoiseProbe | None = None, vote: StopVote | None = None):
-    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, when its first step's loss was
-    read on the monotonic clock (None: no step); the first step carries the cold start of new shapes).
+    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1 and the
+    halfway step count to when that many steps were done (the monotonic clock; the start-up of the loop, cold
+    kernels and first shapes, shows in them).
 
     Divergence stops every worker at the same step, or the others would wait forever for its gradients:
     - a worker whose batch loss is not finite adds `loss_sum * 0` (NaN) to one gradient (the `probe`
@@ -621,7 +630,8 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
     probe = min(trained, key=lambda p: int(np.prod(p.shape)))  # the smallest: the cheapest to poison and read
     probe_grad, probe_data = probe.list_grad()[0], probe.list_data()[0]
     order = np.random.RandomState(order_seed).permutation(len(x))
-    loss_sum, correct, samples, check, first_step_end = 0.0, 0, 0, None, None
+    loss_sum, correct, samples, check, marks = 0.0, 0, 0, None, {}
+    halfway = max(math.ceil(len(order) / batch_size) // 2, 1)  # steps at which the halfway mark is taken
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         xb, yb = mx.nd.array(x[idx]), mx.nd.array(y[idx])
@@ -631,7 +641,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss.backward()
         batch_loss = loss.sum()
         if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
-            return loss_sum, correct, samples, True, first_step_end
+            return loss_sum, correct, samples, True, marks
         if vote is not None and vote.stop():  # some worker's deadline is near: all leave before this step
             break
         probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
@@ -647,9 +657,10 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)
-        if first_step_end is None:
-            first_step_end = time.monotonic()
-    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), first_step_end
+        steps = -(-samples // batch_size)
+        if steps in (1, halfway):
+            marks[steps] = time.monotonic()
+    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), marks
 
 
 def _finite_parameters(net) -> bool:

@@ -49,6 +49,7 @@ from coach.model.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoi
 from coach.model.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
 from coach.model.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
+from coach.policy.planning import calibration_within
 from coach.policy.run_policy import Counts, Wait
 from coach.policy.stopping import StopInputs, decide, stop_metric
 
@@ -141,7 +142,9 @@ class JobLifecycle:
                  first_requeue_backoff_s: float = REQUEUE_BACKOFF_S):
         self.spec = spec
         self.run_id = run_id
-        self.calibration = calibration  # the policy's calibration points for this job
+        # the policy's calibration points for this job, as many as fit in the cluster together (none fits: the first,
+        # which ends the job as unschedulable)
+        self.calibration = calibration_within(calibration, total_slots=cluster.total_slots) or calibration[:1]
         self.placement_timeout_s = placement_timeout_s
         self._money_bound = False  # the running attempt's deadline is where its money ends, not epoch_timeout_s
         self.first_requeue_backoff_s = first_requeue_backoff_s  # wait after the first requeue; doubles per requeue

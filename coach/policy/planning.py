@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
+from coach.domain.identity import slots_for
 from coach.domain.jobs import JobSpec
 from coach.model.convergence import RemainingEpochs, remaining_epochs
 from coach.model.speed import SpeedObservation
@@ -19,8 +20,21 @@ from coach.policy.history import History
 from coach.policy.measured import current_counts, measured_or_fitted, probe_margin
 
 #: Calibration varies workers and servers independently (Optimus sampled only w = s, which leaves the surface
-#: unidentifiable); all four points fit in the functions of (2, 2).
+#: unidentifiable); all four points fit in the functions of (2, 2). A fifth point at (3, 1) was measured and did
+#: not help: its mini-epoch, the third worker's first, came out 22% slow (benchmarks/README.md).
 CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))
+
+
+def calibration_within(points: Sequence[tuple[int, int]], max_workers: int | None = None,
+                       max_servers: int | None = None, total_slots: int | None = None) -> tuple[tuple[int, int], ...]:
+    """The calibration points a job may run: within its limits, and as many of the first ones as fit, all
+    together, in the cluster's slots (a calibration holds the functions of its largest counts throughout)."""
+    kept = [(w, s) for w, s in points if (max_workers is None or w <= max_workers)
+            and (max_servers is None or s <= max_servers)]
+    while total_slots is not None and kept and slots_for(max(w for w, _ in kept), max(s for _, s in kept)) > \
+            total_slots:
+        kept.pop()
+    return tuple(kept)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Mapping, Protocol, Sequence
 from coach.domain.jobs import JobSpec
 from coach.model.cost import predicted_cost
 from coach.policy.history import History
-from coach.policy.planning import CALIBRATION_POINTS, PlanInput, plan_jobs
+from coach.policy.planning import CALIBRATION_POINTS, PlanInput, calibration_within, plan_jobs
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class CoachPolicy:
         return None
 
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
-        return () if spec.fixed_counts else CALIBRATION_POINTS
+        return () if spec.fixed_counts else calibration_within(CALIBRATION_POINTS, spec.max_workers, spec.max_servers)
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}

@@ -134,11 +134,14 @@ def test_a_model_of_the_other_round_type_is_refused_in_one_line(tmp_path):
 def test_training_in_virtual_time_imitates_coach_and_is_resumable(tmp_path):
     from coach.app.learn_counts import train_counts
 
-    options = dict(teacher_episodes=6, imitation_epochs=12, rl_episodes=4, eval_episodes=2, checkpoint_every=2)
+    options = dict(teacher_episodes=6, imitation_epochs=12, rl_episodes=4, eval_episodes=2, checkpoint_every=2,
+                   select_every=2)
     report = train_counts(tmp_path / "a.params", 3, **options)
     assert report.held_out_accuracy is not None and report.held_out_accuracy >= 0.7
     assert report.train_accuracy >= 0.7
-    assert set(report.evaluation) == {"teacher", "imitation", "final"}
+    assert set(report.evaluation) == {"teacher", "imitation", "last", "final"}
+    candidates = [report.evaluation["imitation"]["jct_s"]] + [row["jct_s"] for row in report.selection]
+    assert report.evaluation["final"]["jct_s"] == min(candidates)  # the best validated network is the one written
     assert json.loads((tmp_path / "a.json").read_text())["settings"]["rl_episodes"] == 4
     load_counts(tmp_path / "a.params")  # usable by the run policy
 
@@ -182,7 +185,7 @@ def test_coach_explains_a_step_that_slots_freed_by_settling_could_have_taken():
     from coach.app.learn_counts import CountsTrainSettings, episode
     from coach.app.simulate import simulate_jobs
 
-    ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 38]))
+    ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 18]))
     sim = simulate_jobs(ep.specs, ep.cluster, policy="coach", models=ep.models)
 
     reasons = [r["decision"] for recs in sim.records.values() for r in recs

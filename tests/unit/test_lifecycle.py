@@ -291,14 +291,21 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     assert d.bind_all(T0 + 601) == [Deploy(placed((S1, w2)), MODEL)]
 
 
-def test_a_calibration_point_larger_than_the_cluster_stops_the_job_before_submitting():
-    small = ClusterSpec("tiny", (NodeSpec("node-a", 4, 0.5),))
+def test_calibration_keeps_to_the_points_that_fit_the_cluster_together():
+    small = ClusterSpec("tiny", (NodeSpec("node-a", 4, 0.5),))  # (2,2) needs 5 slots; (1,2) fits in 4
     d = Driver(dynamic_spec(), calibration=CALIBRATION, cluster=small)
-    reason = "unschedulable: needs 5 slots, the cluster has 4"
+    assert d.lc.calibration == ((1, 1), (1, 2))
+    functions = functions_for("lenet", 1, 2)
+    assert d.send(Start(T0)) == [Submit(functions), WatchPlacement(T0 + 30)]
+
+
+def test_a_cluster_too_small_for_any_calibration_point_stops_the_job_before_submitting():
+    tiny = ClusterSpec("tiny", (NodeSpec("node-a", 2, 0.5),))
+    d = Driver(dynamic_spec(), calibration=CALIBRATION, cluster=tiny)
+    reason = "unschedulable: needs 3 slots, the cluster has 2"
     assert d.send(Start(T0)) == [WriteRecord(line("stopped", epoch=0, at=T0, cost=0.0, cumulative=0.0,
                                                   workers=0, servers=0, stop=reason)),
                                  Finish(reason)]
-    assert d.lc.status().phase == "failed"
 
 
 def test_a_first_calibration_step_the_budget_cannot_cover_stops_before_anything_is_submitted():

@@ -129,3 +129,15 @@ def test_coach_plan_names_a_broken_log_line(job, tmp_path, capsys):
     assert main(["plan", str(job.source), "--history", str(log)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{log}: (line 2): not JSON") and err.count("\n") == 1
+
+
+def test_calibration_keeps_to_the_job_limits_and_the_cluster_slots():
+    from coach.policy.planning import calibration_within
+
+    assert calibration_within(CALIBRATION_POINTS) == CALIBRATION_POINTS
+    assert calibration_within(CALIBRATION_POINTS, max_workers=1) == ((1, 1), (1, 2))
+    assert calibration_within(CALIBRATION_POINTS, max_servers=1) == ((1, 1), (2, 1))
+    assert calibration_within(CALIBRATION_POINTS, total_slots=5) == CALIBRATION_POINTS  # (2,2): 5 slots together
+    assert calibration_within(CALIBRATION_POINTS, total_slots=4) == ((1, 1), (1, 2))
+    assert calibration_within(((1, 1), (2, 1), (1, 2)), total_slots=4) == ((1, 1), (2, 1))
+    assert calibration_within(CALIBRATION_POINTS, total_slots=2) == ()

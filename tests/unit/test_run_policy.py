@@ -64,6 +64,7 @@ def test_coach_calibrates_only_jobs_without_counts():
     coach = POLICIES["coach"]
     assert coach.calibration(spec("dyn")) == CALIBRATION_POINTS
     assert coach.calibration(spec("fixed", 2, 1)) == ()
+    assert coach.calibration(spec("one", max_workers=1)) == ((1, 1), (1, 2))  # within its limits
 
 
 def test_coach_alone_decides_what_the_single_job_planner_decides():

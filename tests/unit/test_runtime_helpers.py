@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coach.domain.contracts import ContractError, EpochRequest, Hyper, PsAddress
-from functions.runtime import EpochError, _shard, _shard_size, normalise_data, ps_environment
+from functions.runtime import EpochError, _shard, _shard_size, _warmup_s, normalise_data, ps_environment
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 
@@ -221,3 +221,13 @@ def test_no_function_source_hides_a_loopback_default():
 
     assert len(sources) >= 4  # runtime.py and the three roles' main.py
     assert [str(p) for p in sources if "127.0.0.1" in p.read_text()] == []
+
+
+def test_warmup_is_the_first_half_s_excess_over_the_second_half_s_rate():
+    # 10 steps: the first 5 took 3 s, the last 5 took 2 s (0.4 s each): 1 s of start-up
+    assert _warmup_s({1: 100.9, 5: 103.0}, 100.0, 5.0, 10) == pytest.approx(1.0)
+    # without the halfway mark (a loop stopped before it): the first step beyond the mean of the others
+    assert _warmup_s({1: 100.9}, 100.0, 5.0, 10) == pytest.approx(0.9 - 4.1 / 9)
+    assert _warmup_s({1: 100.1, 5: 100.5}, 100.0, 1.0, 10) == 0.0  # a faster start: no start-up, never negative
+    assert _warmup_s({}, 100.0, 1.0, 10) is None and _warmup_s({1: 100.5}, 100.0, 0.5, 1) is None
+    assert _warmup_s({1: 100.1, 5: 110.0}, 100.0, 5.0, 10) <= 5.0  # a clock beyond the loop: within compute_s

@@ -55,7 +55,7 @@ def test_run_level_training_writes_a_counts_model_the_run_policy_loads(tmp_path,
     report = json.loads(printed[:printed.rindex("model: ")])
     assert report["settings"]["episode_jobs"] == 5 and report["settings"]["teacher_episodes"] == 3
     assert 0 <= report["held_out_accuracy"] <= 1
-    assert set(report["evaluation"]) == {"teacher", "imitation", "final"}
+    assert set(report["evaluation"]) == {"teacher", "imitation", "last", "final"}
     load_counts(out)
 
 
