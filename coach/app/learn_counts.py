@@ -33,7 +33,7 @@ import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.app.learned import Dl2RunPolicy, counts_round
+from coach.app.learned import Dl2RunPolicy, asking_round, learns
 from coach.app.simulate import START_S, simulate_jobs
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
@@ -42,8 +42,8 @@ from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, 
 from coach.simulator.learn_dl2 import (
     ProgressCallback,
     _atomic_write,
-    actor_critic_step,
-    batch,
+    action_accuracy,
+    actor_critic_pass,
     check_ranges,
     checkpoint_dir,
     imitation_epochs,
@@ -51,7 +51,7 @@ from coach.simulator.learn_dl2 import (
     save_checkpoint,
 )
 from coach.simulator.policies.dl2 import imitation_model
-from coach.simulator.policies.dl2.counts import COUNTS_SHAPE, KINDS, CountsRound, teacher_steps
+from coach.simulator.policies.dl2.counts import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
 from coach.simulator.policies.dl2.features import Observation
 from coach.simulator.policies.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
 
@@ -195,10 +195,6 @@ def _time_reward(rounds: _Rounds, spans: np.ndarray) -> np.ndarray:
 REWARDS = {"progress": _progress_reward, "jct": _time_reward}
 
 
-def _asking(jobs: Sequence[JobView]) -> list[JobView]:
-    return [j for j in jobs if j.asking and not j.spec.fixed_counts and j.history.observations]
-
-
 class _Teaching:
     """The `coach` policy deciding, every round's decisions recorded as DL2 steps towards its counts."""
 
@@ -215,11 +211,8 @@ class _Teaching:
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
         decisions = self.teacher.decide(cluster, jobs, now_s)
-        asking = _asking(jobs)
-        if asking:
-            names = {j.spec.name for j in asking}
-            held = sum(j.held_slots for j in jobs if j.spec.name not in names)
-            round_ = counts_round(cluster, asking, held)
+        _, _, round_ = asking_round(cluster, jobs)
+        if round_ is not None:
             targets = np.array([_counts(decisions.get(job.name)) for job in round_.jobs], dtype=np.int64)
             self.steps.append((len(self.rounds.times_s), teacher_steps(round_, targets), round_, targets))
             self.rounds.mark(jobs, now_s)
@@ -241,7 +234,7 @@ class _Sampling(Dl2RunPolicy):
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
         decisions = super().decide(cluster, jobs, now_s)
-        if _asking(jobs):
+        if any(learns(job) and job.asking for job in jobs):
             self.rounds.mark(jobs, now_s)
         return decisions
 
@@ -249,19 +242,13 @@ class _Sampling(Dl2RunPolicy):
         if self.rng is None:
             return super().choose(round_)
         index = len(self.rounds.times_s)
-        given, actions = round_.start(), []
-        while round_.open(given):
-            observation = round_.observe(given)
-            logits, _ = self._net.forward(observation)
-            p = np.exp(logits - logits.max())
-            p /= p.sum()
-            action = int(self.rng.choice(len(p), p=p))
+
+        def sampled(observation: Observation) -> int:
+            action = self._net.sample(observation, self.rng)
             self.steps.append((observation, action, index))
-            if action == observation.stop:
-                break
-            given = round_.apply(given, action)
-            actions.append(action)
-        return given, actions
+            return action
+
+        return counts_by(round_, sampled)
 
 
 def run_episode(ep: Episode, policy) -> dict:
@@ -311,16 +298,9 @@ def teacher_decisions(settings: CountsTrainSettings) -> tuple[_Imitated, _Imitat
     return train, held
 
 
-def action_accuracy(net: ActorCritic, data: _Imitated, size: int = 512) -> float | None:
-    if not data.actions:
-        return None
-    hits = 0
-    for start in range(0, len(data.actions), size):
-        jobs, globs, present, mask, actions = batch(data.observations[start:start + size],
-                                                    data.actions[start:start + size])
-        logits, _ = net(jobs, globs, present, mask)
-        hits += int((logits.argmax(axis=1) == actions).sum().asscalar())
-    return hits / len(data.actions)
+def _accuracy(net: ActorCritic, data: _Imitated) -> float | None:
+    """The teacher's actions the network takes (None without any: the report is standard JSON)."""
+    return action_accuracy(net, data) if data.actions else None
 
 
 def rounds_same(net: ActorCritic, data: _Imitated) -> float | None:
@@ -348,14 +328,8 @@ def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: CountsTrainSe
     sampler = _Sampling(NumpyNet.of(net), rng)
     summary = run_episode(ep, sampler)
     returns = sampler.rounds.returns(_end_s(summary), settings)
-    if sampler.steps:
-        observations = [o for o, _, _ in sampler.steps]
-        actions = [a for _, a, _ in sampler.steps]
-        step_returns = np.array([returns[r] if r < len(returns) else 0.0 for _, _, r in sampler.steps],
-                                dtype=np.float32)
-        for start in range(0, len(actions), 1024):
-            actor_critic_step(net, trainer, observations[start:start + 1024], actions[start:start + 1024],
-                              step_returns[start:start + 1024], settings.value_weight, settings.entropy)
+    if sampler.steps:  # every step's round is marked: a round is chosen only when jobs ask
+        actor_critic_pass(net, trainer, sampler.steps, returns, settings)
     return float(returns[0]) if len(returns) else 0.0
 
 
@@ -424,8 +398,8 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
         if settings.imitation_epochs > 0:
             train_set, held_set = teacher_decisions(settings)
             imitation_epochs(net, trainer, train_set, settings, state, folder, on_progress)
-            state["train_accuracy"] = action_accuracy(net, train_set)
-            state["held_out_accuracy"] = action_accuracy(net, held_set)
+            state["train_accuracy"] = _accuracy(net, train_set)
+            state["held_out_accuracy"] = _accuracy(net, held_set)
             state["held_out_rounds_same"] = rounds_same(net, held_set)
         net.save_parameters(str(imitation_model(out)))
         state["evaluation"]["teacher"] = evaluate(_Teaching, settings, evaluation)

@@ -60,14 +60,11 @@ class Dl2RunPolicy:
         return greedy_counts(self.network(), round_)
 
     def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
-        learned = {job.spec.name for job in jobs if not job.spec.fixed_counts and job.history.observations}
-        others = [job for job in jobs if job.spec.name not in learned]  # fixed counts, or nothing measured yet
+        others = [job for job in jobs if not learns(job)]  # fixed counts, or nothing measured yet
         decisions = self._coach.decide(cluster, others, now_s)  # as under `coach`
-        asking = [job for job in jobs if job.spec.name in learned and job.asking]
-        if not asking:
+        asking, held_elsewhere, round_ = asking_round(cluster, jobs, self.window)
+        if round_ is None:
             return decisions
-        held_elsewhere = sum(job.held_slots for job in jobs if not (job.spec.name in learned and job.asking))
-        round_ = counts_round(cluster, asking, held_elsewhere, self.window)
         given, actions = self.choose(round_)
         if not given.any() and held_elsewhere == 0:
             given, actions = _never_idle(round_)
@@ -79,12 +76,22 @@ class Dl2RunPolicy:
         return decisions
 
 
-def counts_round(cluster: ClusterView, asking: Sequence[JobView], held_elsewhere: int,
-                 window: int = COUNTS_WINDOW) -> CountsRound:
-    """The round of `asking` jobs over the slots that the others (holding `held_elsewhere`) leave free."""
+def learns(job: JobView) -> bool:
+    """Whether the network decides this job: its counts are not fixed and it has measured its speed."""
+    return not job.spec.fixed_counts and bool(job.history.observations)
+
+
+def asking_round(cluster: ClusterView, jobs: Sequence[JobView], window: int = COUNTS_WINDOW
+                 ) -> tuple[list[JobView], int, CountsRound | None]:
+    """(the asking jobs the network decides, the slots every other job holds, their round over the slots those
+    leave free; None when no such job asks)."""
+    asking = [job for job in jobs if learns(job) and job.asking]
+    held_elsewhere = sum(job.held_slots for job in jobs if not (learns(job) and job.asking))
+    if not asking:
+        return asking, held_elsewhere, None
     total = cluster.total_slots
-    return CountsRound([counts_job(job, total) for job in asking[:window]], total - held_elsewhere, total,
-                       cluster.price_per_slot_s, window)
+    return asking, held_elsewhere, CountsRound([counts_job(job, total) for job in asking[:window]],
+                                               total - held_elsewhere, total, cluster.price_per_slot_s, window)
 
 
 def counts_job(job: JobView, total_slots: int) -> CountsJob:
@@ -92,8 +99,7 @@ def counts_job(job: JobView, total_slots: int) -> CountsJob:
     return CountsJob(name=spec.name, speed=fit_chosen(history.observations),
                      current=tuple(history.last_counts) if history.last_counts else (0, 0),
                      max_workers=spec.max_workers or total_slots, max_servers=spec.max_servers or total_slots,
-                     epochs_done=history.epochs_done, max_epochs=spec.max_epochs, budget_left=job.budget_left,
-                     held_slots=job.held_slots)
+                     epochs_done=history.epochs_done, max_epochs=spec.max_epochs, budget_left=job.budget_left)
 
 
 def _never_idle(round_: CountsRound):

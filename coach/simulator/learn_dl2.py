@@ -213,10 +213,7 @@ class _Sampler(_Watched):
         given = np.zeros(len(round_.jobs), dtype=np.int64)
         while round_.free(given) > 0:
             observation = round_.observe(given)
-            logits, _ = self.net.forward(observation)
-            p = np.exp(logits - logits.max())
-            p /= p.sum()
-            action = int(self.rng.choice(len(p), p=p))
+            action = self.net.sample(observation, self.rng)
             self.steps.append((observation, action, len(self.snapshots)))
             if action == observation.stop:
                 break
@@ -418,17 +415,22 @@ def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: TrainSettings
     sampler = simulate_watched(scenario, _Sampler(NumpyNet.of(net), rng, settings.window, settings.horizon_rounds),
                                settings)
     assert isinstance(sampler, _Sampler)
-    if not sampler.steps:
-        return float(sum(sampler.rewards))
-    returns = discounted(sampler.rewards, settings.gamma)
-    observations = [o for o, _, _ in sampler.steps]
-    actions = [a for _, a, _ in sampler.steps]
-    step_returns = np.array([returns[r] for _, _, r in sampler.steps], dtype=np.float32)
-    for start in range(0, len(actions), 1024):
-        stop = start + 1024
+    if sampler.steps:
+        actor_critic_pass(net, trainer, sampler.steps, discounted(sampler.rewards, settings.gamma), settings)
+    return float(sum(sampler.rewards))
+
+
+def actor_critic_pass(net: ActorCritic, trainer: gluon.Trainer, steps: Sequence[tuple[Observation, int, int]],
+                      returns: Sequence[float], settings, chunk: int = 1024) -> None:
+    """Actor-critic steps over an episode's sampled (state, action, round index) decisions, each credited with its
+    round's return, `chunk` decisions at a time; `settings` has value_weight and entropy."""
+    observations = [o for o, _, _ in steps]
+    actions = [a for _, a, _ in steps]
+    step_returns = np.array([returns[r] for _, _, r in steps], dtype=np.float32)
+    for start in range(0, len(actions), chunk):
+        stop = start + chunk
         actor_critic_step(net, trainer, observations[start:stop], actions[start:stop], step_returns[start:stop],
                           settings.value_weight, settings.entropy)
-    return float(sum(sampler.rewards))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class Surface:
 
 
 def job(name: str, max_workers: int = 4, max_servers: int = 2, budget: float = 1e9, done: int = 0) -> CountsJob:
-    return CountsJob(name, Surface(), (0, 0), max_workers, max_servers, done, 10, budget, 0)
+    return CountsJob(name, Surface(), (0, 0), max_workers, max_servers, done, 10, budget)
 
 
 def act(i: int, kind: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, counts_round
+from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, asking_round
 from coach.policy.history import History
 from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
 from coach.simulator.policies.dl2.counts import COUNTS_SHAPE
@@ -60,7 +60,8 @@ def test_slots_of_jobs_mid_epoch_are_not_given_again(model):
     assert "running" not in decided
     chosen = decided["asking"]
     assert isinstance(chosen, Wait) or chosen.workers + chosen.servers + 1 <= 3
-    assert counts_round(CLUSTER, [asking], held_elsewhere=9).free_slots == 3
+    asked, held, round_ = asking_round(CLUSTER, [running, asking])
+    assert asked == [asking] and held == 9 and round_.free_slots == 3
 
 
 def test_fixed_and_uncalibrated_jobs_are_decided_as_under_coach(model):

@@ -59,8 +59,8 @@ def load_counts(model: Path = COUNTS_MODEL):
 
     model = Path(model)
     if not model.is_file():
-        raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --level run --imitate coach "
-                             f"--out {model}`")
+        raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --level run "
+                             f"--imitate coach --out {model}`")
     return NumpyNet.of(load_network(model, COUNTS_SHAPE))
 
 

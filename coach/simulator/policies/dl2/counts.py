@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -36,7 +36,6 @@ COUNTS_SHAPE = Shape(COUNTS_JOB_FEATURES, COUNTS_GLOBAL_FEATURES, KINDS)  # a ne
 _CAP = 10.0
 
 
-
 class Speed(Protocol):
     def epochs_per_s(self, workers: int, servers: int) -> float: ...
 
@@ -53,7 +52,6 @@ class CountsJob:
     epochs_done: int
     max_epochs: int
     budget_left: float  # money
-    held_slots: int  # slots its functions hold now
 
 
 def _clip(value: float) -> float:
@@ -77,6 +75,8 @@ class CountsRound:
         self.total = max(int(total_slots), 1)
         self.price = price_per_slot_s
         self._epoch: dict[tuple[int, int, int], float] = {}
+        self._affordable: dict[tuple[int, int], tuple[int, int] | None] = {}
+        self._mask: tuple[bytes, np.ndarray] | None = None  # the last counts' mask: open() then observe() ask alike
         n = len(self.jobs)
         static = np.zeros((n, 9), dtype=np.float32)
         for i, job in enumerate(self.jobs):
@@ -141,6 +141,11 @@ class CountsRound:
 
     def fastest_affordable(self, i: int, slots: int) -> tuple[int, int] | None:
         """Job i's fastest counts within its limits, `slots` slots and its money (the fewer slots on a tie)."""
+        if (i, slots) not in self._affordable:
+            self._affordable[i, slots] = self._fastest_affordable(i, slots)
+        return self._affordable[i, slots]
+
+    def _fastest_affordable(self, i: int, slots: int) -> tuple[int, int] | None:
         job, best = self.jobs[i], None
         for w in range(1, min(job.max_workers, slots) + 1):
             for s in range(1, min(job.max_servers, slots - w - 1) + 1):
@@ -165,12 +170,18 @@ class CountsRound:
         return settled
 
     def mask(self, given: np.ndarray) -> np.ndarray:
+        """1 for every legal action, STOP last (always 1). Read-only: the last counts' mask is kept and reused."""
+        key = np.asarray(given, dtype=np.int64).tobytes()
+        if self._mask is not None and self._mask[0] == key:
+            return self._mask[1]
         free = self.free(given)
         mask = np.zeros(len(self.jobs) * KINDS + 1, dtype=np.float32)
         for i in range(len(self.jobs)):
             for kind in range(KINDS):
                 mask[i * KINDS + kind] = self.legal(i, given, kind, free)
         mask[-1] = 1.0
+        mask.flags.writeable = False
+        self._mask = (key, mask)
         return mask
 
     def open(self, given: np.ndarray) -> bool:
@@ -275,15 +286,20 @@ class Greedy(Protocol):
     def greedy(self, observation: Observation) -> int: ...
 
 
-def greedy_counts(net: Greedy, round_: CountsRound) -> tuple[np.ndarray, list[int]]:
-    """(counts given per job, the actions taken) after the network's most likely actions until STOP or until
-    nothing but STOP is legal."""
+def counts_by(round_: CountsRound, pick: Callable[[Observation], int]) -> tuple[np.ndarray, list[int]]:
+    """(counts given per job, the actions taken) after `pick`'s actions until STOP or until nothing but STOP is
+    legal."""
     given, actions = round_.start(), []
     while round_.open(given):
         observation = round_.observe(given)
-        action = net.greedy(observation)
+        action = pick(observation)
         if action == observation.stop:
             break
         given = round_.apply(given, action)
         actions.append(action)
     return given, actions
+
+
+def greedy_counts(net: Greedy, round_: CountsRound) -> tuple[np.ndarray, list[int]]:
+    """`counts_by` the network's most likely actions."""
+    return counts_by(round_, net.greedy)

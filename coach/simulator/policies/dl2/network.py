@@ -11,8 +11,9 @@ does not depend on where it sits apart from its position feature):
 The policy is a softmax over the legal actions (the mask sets the others to -1e9), job-major (job i's kind k is
 column i * kinds + k), STOP last; the value is the critic's estimate of the discounted reward to come. `kinds` is
 1 for the simulator's GPU jobs (one more GPU) and 3 for Coach's own jobs (one more worker, one more server, or
-both; coach.simulator.policies.dl2.counts); the feature widths are those of the round the network reads. `NumpyNet` computes the same numbers from the Gluon
-parameters (a round makes up to one decision per GPU, and a small Gluon call costs ~0.2 ms, numpy ~0.02 ms).
+both; coach.simulator.policies.dl2.counts); the feature widths are those of the round the network reads.
+`NumpyNet` computes the same numbers from the Gluon parameters (a round makes up to one decision per GPU, and a
+small Gluon call costs ~0.2 ms, numpy ~0.02 ms).
 """
 
 from __future__ import annotations
@@ -144,3 +145,10 @@ class NumpyNet:
         """The most likely legal action (ties: the lowest index)."""
         logits, _ = self.forward(observation)
         return int(np.argmax(logits))
+
+    def sample(self, observation: Observation, rng: np.random.Generator) -> int:
+        """An action drawn from the policy's softmax over the legal actions (training)."""
+        logits, _ = self.forward(observation)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        return int(rng.choice(len(p), p=p))
