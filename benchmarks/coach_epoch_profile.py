@@ -34,7 +34,7 @@ for entry in (str(REPO), str(BENCH)):
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 SEGMENTS = (
-    ("fork", "fork + prctl, before the epoch code starts"),
+    ("fork", "fork (or hand-off to the spare child) until the epoch code starts"),
     ("wait_scheduler", "what-if scheduler-first: wait until the scheduler's port accepts"),
     ("kv_create", "mx.kv.create('dist_sync'): ps-lite start + rendezvous with scheduler"),
     ("shard_build", "shard + seed + build_model() (hybridize)"),
@@ -43,9 +43,9 @@ SEGMENTS = (
     ("trainer_load_states", "Trainer(...) + load_states: kvstore init/broadcast of params"),
     ("first_step", "first batch (forward/backward/push/pull), inside compute_s"),
     ("other_steps", "remaining batches, inside compute_s"),
-    ("validate", "rank 0 validation"),
+    ("validate", "shared validation: this worker's slice, then the kvstore sum"),
     ("save", "rank 0 checkpoint save (params + states)"),
-    ("shutdown", "del trainer/net/kvstore + gc.collect: ps-lite finalize barrier, server/scheduler stop"),
+    ("shutdown", "del trainer/net/kvstore + gc.collect: ps-lite finalize, server/scheduler stop"),
 )
 
 
@@ -163,9 +163,7 @@ def install_wrappers() -> None:
 
     gluon.Trainer.step = step
 
-    original_validate = runtime._validate
-
-    runtime._validate = timed("validate", original_validate)
+    runtime.SharedValidation.run = timed("validate", runtime.SharedValidation.run)
     runtime._save_checkpoint = timed("save", runtime._save_checkpoint)
 
     class TimedGc:
@@ -209,9 +207,10 @@ def make_platform_class():
 
         def invoke(self, ref, payload, timeout_s):
             result = super().invoke(ref, payload, timeout_s)
-            if payload.get("epoch") is not None and isinstance(result, Reply):
+            epoch = getattr(payload, "epoch", None)  # an EpochRequest; a WarmRequest has none
+            if epoch is not None and isinstance(result, Reply):
                 with self._records_lock:
-                    self.records.append({"epoch": int(payload["epoch"]), "role": ref.role,
+                    self.records.append({"epoch": int(epoch), "role": ref.role,
                                          "duration_s": result.duration_s, **result.body})
             return result
 

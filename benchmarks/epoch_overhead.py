@@ -330,6 +330,15 @@ def main(argv=None) -> int:
                   f"training loop {median([r['compute_s'] for r in bare_later]):.3f} s + validation "
                   f"{median([r['epoch_time_s'] - r['compute_s'] for r in bare_later]):.3f} s")
             print("(benchmarks/coach_epoch_profile.py splits the worker child's rest into its segments)")
+            # The two sides run one after the other, and this machine's speed drifts by 10-20% within minutes: the
+            # training loop (the same code on both sides) then moves the ratio more than Coach does. Beside the
+            # plain ratio, the one with the loop's drift removed: each side's time beyond its loop, on the bare
+            # side's epoch.
+            coach_fixed = median([r["epoch_s"] - r["compute_s"] for r in later])
+            bare_fixed = median([r["epoch_time_s"] - r["compute_s"] for r in bare_later])
+            bare_epoch = median([r["epoch_time_s"] for r in bare_later])
+            print(f"beyond the training loop: coach {coach_fixed:.3f} s, bare {bare_fixed:.3f} s per epoch; ratio with "
+                  f"the loop's drift removed = {(bare_epoch + coach_fixed - bare_fixed) / bare_epoch:.2f}")
         if args.keep:
             print(f"kept: {tmp}")
     finally:

@@ -1,8 +1,12 @@
 """What the three Nuclio functions share: run one epoch of one parameter-server role in a forked child.
 
 Why a child: MXNet's ps-lite can start only once per process, but importing MXNet costs seconds. The warm
-host (a Nuclio worker, or Coach's embedded host) imports MXNet once in `init_context`; every invocation forks,
-the child takes its role for one epoch, writes one JSON reply into a pipe and leaves with `os._exit`.
+host (a Nuclio worker, or Coach's embedded host) imports MXNet once in `init_context`; every invocation runs in
+a child forked from it, which takes its role for one epoch, writes one JSON reply into a pipe (one length-prefixed
+frame) and leaves with `os._exit`. The host answers as soon as the reply is whole and reaps the child meanwhile.
+The child is usually the host's *spare*: forked ahead, while the previous epoch ran, and waiting for its request
+on a pipe (`run_epoch`), so the fork is off the epoch's critical path; it is the warm host as it was, with nothing
+of any epoch in it.
 
 The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest` or
 `{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
@@ -82,12 +86,29 @@ def log_failure(header: str, error: BaseException | None = None) -> None:
 
 
 @dataclass
+class Spare:
+    """A child forked ahead of its request, blocked reading it from `request_fd`; it replies on `reply_fd`."""
+
+    pid: int
+    request_fd: int  # the host's end: one frame, the request (a stale spare is killed, never told)
+    reply_fd: int  # the host's end of the reply pipe
+    generation: int  # HostState.generation when it was forked: it knows the models loaded until then
+
+
+@dataclass
 class HostState:
-    """Per-host memory shared by invocations: loaded models and their data, and the running children."""
+    """Per-host memory shared by invocations: loaded models and their data, the running children, the spare."""
 
     models: dict[str, tuple[float, Any, Any]] = field(default_factory=dict)  # path -> (mtime, module, data)
     children: set[int] = field(default_factory=set)  # pids of running epoch children
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # held from making a child's pipes until the host has closed the child's ends: no other child may inherit
+    # them (a reply pipe whose write end another process holds never reaches EOF)
+    fork_lock: threading.Lock = field(default_factory=threading.Lock)
+    generation: int = 0  # counts the changes of `models`
+    spare: Spare | None = None
+    wants_spare: threading.Event = field(default_factory=threading.Event)
+    keeper: threading.Thread | None = None
 
 
 def init_host(context) -> None:
@@ -96,6 +117,7 @@ def init_host(context) -> None:
     import mxnet  # noqa: F401  (the point is to have it imported before fork)
 
     context.user_data.host = HostState()
+    want_spare(context.user_data.host)
 
 
 def load_model(host: HostState, model_path: str):
@@ -124,6 +146,7 @@ def load_model(host: HostState, model_path: str):
         except EpochError as error:
             raise EpochError(f"model file {model_path}: {error}") from None
         host.models[path] = (mtime, module, data)
+        host.generation += 1
         return module, data
 
 
@@ -247,82 +270,243 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRequest], dict]) -> tuple[int, dict]:
-    """Fork, run `work(request)` in the child, and return (HTTP status, reply) within the request's deadline."""
-    deadline_s = request.deadline_s
-    read_fd, write_fd = os.pipe()
-    parent_pid = os.getpid()
+def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRequest], dict],
+                 started: float | None = None) -> tuple[int, dict]:
+    """Fork, run `work(request)` in the child, and return (HTTP status, reply) within the request's deadline
+    (counted from `started`, the monotonic clock; default now)."""
+    started = time.monotonic() if started is None else started
+    with host.fork_lock:
+        read_fd, write_fd = os.pipe()
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # child: never returns
+            os.close(read_fd)
+            _forked(host, parent_pid)
+            _run_and_reply(request, work, started, write_fd)
+        os.close(write_fd)
+    return _await_reply(host, pid, read_fd, started, request.deadline_s)
+
+
+def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
+    """`run_in_child` for the role's own work (`epoch_work`), in the spare child when there is a current one.
+
+    Why a spare: forking a warm host (MXNet, the model's data) costs about 0.02 s, on the critical path of every
+    epoch; the spare is forked while the previous epoch runs and only reads its request when it comes. It holds
+    nothing of any epoch: it is the warm host as it was, like a child forked now."""
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
-        os.close(read_fd)
-        _die_with_parent()
-        if os.getppid() != parent_pid:
-            os._exit(3)
-        status = 0
+    with host.lock:
+        spare, host.spare = host.spare, None
+        current = spare is not None and spare.generation == host.generation
+        if current:
+            host.children.add(spare.pid)
+    want_spare(host)
+    if current:
         try:
-            reply = work(request)
-        except BaseException as error:  # everything must become a JSON reply, never a hang
-            status = 1
-            what = f"{request.role} of job {request.job}, step {request.step}, attempt {request.attempt}"
-            if isinstance(error, EpochError):  # rejected: the request cannot run on any instance
-                reply = {"error": str(error), "rejected": True}
-                log_failure(f"{what}: rejected: {error}", error if error.__cause__ else None)
-            else:
-                reply = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=5)}
-                log_failure(f"{what} failed:", error)
-        reply["wall_s"] = time.monotonic() - started
-        try:
-            text = json.dumps(reply, allow_nan=False)  # standard JSON: never NaN or Infinity
-        except (TypeError, ValueError) as error:
-            status, text = 1, json.dumps({"error": f"reply is not standard JSON: {error}"})
-        with os.fdopen(write_fd, "w") as pipe:
-            pipe.write(text)
-        for stream in (sys.stdout, sys.stderr):
+            if not _exited(spare.pid):
+                message = json.dumps({"request": request.to_dict(), "started_s": started})
+                _write_frame(spare.request_fd, message)
+                os.close(spare.request_fd)
+                return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
+        except OSError:  # it died meanwhile (its end of the pipe is closed)
+            _kill(spare.pid)
+            _exited(spare.pid, wait=True)
+        for fd in (spare.request_fd, spare.reply_fd):  # a spare killed before its request: fork as usual
             try:
-                stream.flush()
-            except (OSError, ValueError):
+                os.close(fd)
+            except OSError:
                 pass
-        os._exit(status)
+        with host.lock:
+            host.children.discard(spare.pid)
+    elif spare is not None:  # forked before a model was loaded
+        _drop(spare)
+    return run_in_child(host, request, lambda r: epoch_work(host, r), started)
+
+
+def _exited(pid: int, wait: bool = False) -> bool:
+    """Whether the child has ended (then it is reaped); `wait` for it to end."""
+    try:
+        return os.waitpid(pid, 0 if wait else os.WNOHANG) != (0, 0)
+    except ChildProcessError:  # reaped already
+        return True
+
+
+def epoch_work(host: HostState, request: EpochRequest) -> dict:
+    """What an epoch child of the request's role does (in the child; the model comes from the host's cache)."""
+    if request.role == "worker":
+        module, data = load_model(host, request.model_path)
+        return run_worker_epoch(request, module, data)
+    return run_ps_node(request)
+
+
+def want_spare(host: HostState) -> None:
+    """Have a current spare child forked soon, by the host's keeper thread (started here the first time)."""
+    with host.lock:
+        if host.keeper is None:
+            host.keeper = threading.Thread(target=_keep_spare, args=(host,), name="spare-keeper", daemon=True)
+            host.keeper.start()
+    host.wants_spare.set()
+
+
+def _keep_spare(host: HostState) -> None:
+    """The keeper: one long-lived thread forks every spare, since a child dies with the thread that forked it."""
+    while True:
+        host.wants_spare.wait()
+        host.wants_spare.clear()
+        with host.lock:
+            stale = host.spare if host.spare is not None and host.spare.generation != host.generation else None
+            if stale is not None:
+                host.spare = None
+            needed, generation = host.spare is None, host.generation
+        if stale is not None:
+            _drop(stale)
+        if not needed:
+            continue
+        spare = _fork_spare(host, generation)
+        with host.lock:
+            if host.spare is None:
+                host.spare, spare = spare, None
+        if spare is not None:
+            _drop(spare)
+
+
+def _fork_spare(host: HostState, generation: int) -> Spare:
+    with host.fork_lock:
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the spare: never returns
+            os.close(request_write)
+            os.close(reply_read)
+            _forked(host, parent_pid)
+            raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
+            if not raw:  # the host is gone
+                os._exit(0)
+            message = json.loads(raw)
+            request = EpochRequest.from_dict(message["request"])
+            _run_and_reply(request, lambda r: epoch_work(host, r), float(message["started_s"]), reply_write)
+        os.close(request_read)
+        os.close(reply_write)
+    return Spare(pid, request_write, reply_read, generation)
+
+
+def _drop(spare: Spare) -> None:
+    """End a spare that will get no request (not by closing its request pipe: a child forked since holds a copy of
+    that end, so the spare might never see EOF)."""
+    _kill(spare.pid)
+    for fd in (spare.request_fd, spare.reply_fd):
+        os.close(fd)
+    _exited(spare.pid, wait=True)
+
+
+def _forked(host: HostState, parent_pid: int) -> None:
+    """First steps of every child: set the host's objects aside from the collector, die with the host."""
+    # The host's objects are this child's too: set them aside from the collector, whose full collections (the
+    # kvstore's teardown, and any automatic one) would otherwise walk every one of them and copy the pages they
+    # sit on: 0.10 s per LeNet epoch (benchmarks/README.md), none of it needed.
+    gc.freeze()
+    host.lock = threading.Lock()  # another thread of the host may have held it at the fork: load_model takes it
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        os._exit(3)
+
+
+def _run_and_reply(request: EpochRequest, work: Callable[[EpochRequest], dict], started: float,
+                   write_fd: int) -> None:
+    """The child's whole life after its prologue: `work(request)`, one JSON reply into `write_fd`, exit."""
+    status = 0
+    try:
+        reply = work(request)
+    except BaseException as error:  # everything must become a JSON reply, never a hang
+        status = 1
+        what = f"{request.role} of job {request.job}, step {request.step}, attempt {request.attempt}"
+        if isinstance(error, EpochError):  # rejected: the request cannot run on any instance
+            reply = {"error": str(error), "rejected": True}
+            log_failure(f"{what}: rejected: {error}", error if error.__cause__ else None)
+        else:
+            reply = {"error": f"{type(error).__name__}: {error}", "trace": traceback.format_exc(limit=5)}
+            log_failure(f"{what} failed:", error)
+    reply["wall_s"] = time.monotonic() - started
+    try:
+        text = json.dumps(reply, allow_nan=False)  # standard JSON: never NaN or Infinity
+    except (TypeError, ValueError) as error:
+        status, text = 1, json.dumps({"error": f"reply is not standard JSON: {error}"})
+    _write_frame(write_fd, text)
     os.close(write_fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _await_reply(host: HostState, pid: int, read_fd: int, started: float, deadline_s: float) -> tuple[int, dict]:
+    """The host's side of a running child: its reply, or 504 at the deadline (the child killed)."""
     with host.lock:
         host.children.add(pid)
+    timed_out = True  # until the reply is read: anything else raised here kills the child too
     try:
         raw, timed_out = _read_until(read_fd, started + deadline_s)
     finally:
         os.close(read_fd)
         if timed_out:
             _kill(pid)
-        _, wait_status = os.waitpid(pid, 0)
-        with host.lock:
-            host.children.discard(pid)
+            _reap(host, pid)
     if timed_out:
         return 504, {"error": f"deadline of {deadline_s:g} s exceeded"}
-    exit_code = os.waitstatus_to_exitcode(wait_status)
     try:
         reply = json.loads(raw) if raw else {}
     except json.JSONDecodeError:
         reply = {}
-    if exit_code != 0 or not reply or "error" in reply:
-        reply.setdefault("error", f"epoch child exited with code {exit_code}")
-        return (422 if reply.pop("rejected", False) is True else 500), reply
-    return 200, reply
+    if isinstance(reply, dict) and reply and "error" not in reply:
+        # a whole reply without error: the child wrote it last and only exits now. Answer at once and reap it
+        # meanwhile: unmapping a forked host's memory takes 10-20 ms, on every epoch's critical path
+        threading.Thread(target=_reap, args=(host, pid), name=f"reap-{pid}", daemon=True).start()
+        return 200, reply
+    exit_code = _reap(host, pid)
+    if not isinstance(reply, dict):
+        reply = {}
+    reply.setdefault("error", f"epoch child exited with code {exit_code}")
+    return (422 if reply.pop("rejected", False) is True else 500), reply
+
+
+def _reap(host: HostState, pid: int) -> int:
+    """Wait for the child to end and forget it; its exit code."""
+    _, wait_status = os.waitpid(pid, 0)
+    with host.lock:
+        host.children.discard(pid)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+FRAME_HEADER = 8  # bytes: the length of the text that follows, big-endian
+
+
+def _write_frame(fd: int, text: str) -> None:
+    """One message on a pipe: its length, then its UTF-8 text (the reader knows it is whole without an EOF)."""
+    data = text.encode()
+    data = len(data).to_bytes(FRAME_HEADER, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _read_until(fd: int, deadline: float) -> tuple[str, bool]:
-    """Read the child's reply until EOF or the monotonic deadline; return (text, timed_out)."""
-    chunks = []
+    """Read one frame (or what came before EOF: a child that died writing) until the monotonic deadline; return
+    (text, timed_out). The text is empty when nothing whole came."""
+    data = bytearray()
     while True:
+        if len(data) >= FRAME_HEADER and len(data) >= FRAME_HEADER + int.from_bytes(data[:FRAME_HEADER], "big"):
+            return data[FRAME_HEADER:].decode(errors="replace"), False
         left = deadline - time.monotonic()
         if left <= 0:
-            return "".join(chunks), True
+            return "", True
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
         chunk = os.read(fd, 65536)
         if not chunk:
-            return "".join(chunks), False
-        chunks.append(chunk.decode())
+            return "", False
+        data += chunk
 
 
 def _kill(pid: int) -> None:
@@ -363,15 +547,14 @@ def handle_event(context, event, role: str) -> Any:
                 load_model(host, request.model_path)
             except EpochError as error:  # the model file, its load_data() or its data: logged, rejected
                 return _respond(context, 422, {"error": str(error), "role": role})
+            want_spare(host)  # one that holds the model now
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":
         try:
-            module, data = load_model(host, request.model_path)
+            load_model(host, request.model_path)  # rejected here, before anything is forked; cached for the child
         except EpochError as error:
             return _respond(context, 422, {"error": str(error), "role": role})
-        status, reply = run_in_child(host, request, lambda r: run_worker_epoch(r, module, data))
-    else:
-        status, reply = run_in_child(host, request, run_ps_node)
+    status, reply = run_epoch(host, request)
     reply["role"] = role
     return _respond(context, status, reply)
 
@@ -437,8 +620,9 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
     slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
 
-    The model is built before the worker joins ps-lite, so a broken model file is rejected (EpochError) without a
-    rendezvous; the rest of the preparation overlaps the rendezvous (KvstoreJoin). A training loss or parameters
+    The whole preparation (building the model, loading the checkpoint, the shape pass) overlaps the ps-lite
+    rendezvous (KvstoreJoin); a broken model file found meanwhile is rejected (EpochError) and the controller
+    cancels the peers that joined. A training loss or parameters
     that stop being finite end the training loop of every worker at the same step (see `_train`); such an epoch
     replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
     functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
@@ -452,6 +636,9 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     if _shard_size(len(data["X_train"]), request) == 0:
         raise EpochError(f"model file {request.model_path}: {len(data['X_train'])} training samples, fewer than the "
                          f"{request.ps.num_workers} workers")
+    # ps-lite's rendezvous waits at least 0.1 s (its readiness poll): join first and prepare meanwhile. A broken
+    # model file is found during it; the first failure of an epoch makes the controller cancel the joined peers.
+    joining = KvstoreJoin(request.ps).start()
     mx.random.seed(hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
     net = user_code(request.model_path, "build_model()", module.build_model)
     if not isinstance(net, gluon.Block):
@@ -461,7 +648,6 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
         loss_fn = user_code(request.model_path, "loss()", module.loss)
     else:
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    joining = KvstoreJoin(request.ps).start()  # the rendezvous waits ~0.1 s in ps-lite: prepare meanwhile
     if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
         checkpoints.load_parameters(net, request.checkpoint_load)
     else:
@@ -539,9 +725,8 @@ def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: 
 
 class KvstoreJoin:
     """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
-    (benchmarks/README.md), time the worker spends loading its checkpoint and running the shape pass instead of
-    waiting. A broken model file is still rejected before joining: the thread starts after build_model() and
-    loss() returned. MXNet's C calls release the GIL, so both go on at once."""
+    (benchmarks/README.md), time the worker spends building its model, loading its checkpoint and running the
+    shape pass instead of waiting. MXNet's C calls release the GIL, so both go on at once."""
 
     def __init__(self, ps: PsAddress):
         self._ps = ps

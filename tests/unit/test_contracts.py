@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -356,17 +357,98 @@ def test_handle_event_answers_without_forking(body, status, reply, monkeypatch):
 def test_handle_event_gives_the_child_the_typed_request(monkeypatch):
     seen = []
 
-    def fake_run_in_child(host, request, work):
-        seen.append((request, work))
+    def fake_run_epoch(host, request):
+        seen.append(request)
         return 200, {"compute_s": 0.0}
 
-    monkeypatch.setattr(runtime, "run_in_child", fake_run_in_child)
+    monkeypatch.setattr(runtime, "run_epoch", fake_run_epoch)
     scheduler_request = replace(REQUEST, role="scheduler")
 
     status, reply = call("scheduler", through_json(scheduler_request.to_dict()))
 
     assert (status, reply) == (200, {"compute_s": 0.0, "role": "scheduler"})
-    assert seen == [(scheduler_request, runtime.run_ps_node)]
+    assert seen == [scheduler_request]
+
+
+def test_the_scheduler_and_server_children_run_the_ps_node(monkeypatch):
+    monkeypatch.setattr(runtime, "run_ps_node", lambda request: {"ran": request.role})
+
+    for role in ("scheduler", "server"):
+        assert runtime.epoch_work(runtime.HostState(), replace(REQUEST, role=role)) == {"ran": role}
+
+
+# --------------------------------------------------------------------------- the spare child
+
+
+@pytest.fixture
+def spared(monkeypatch):
+    """A host whose epoch children say who they are; its last spare is killed afterwards."""
+    monkeypatch.setattr(runtime, "run_ps_node", lambda request: {"pid": os.getpid(), "job": request.job})
+    host = runtime.HostState()
+    yield host
+    with host.lock:
+        spare, host.spare = host.spare, None
+    if spare is not None:
+        os.kill(spare.pid, 9)
+        os.waitpid(spare.pid, 0)
+
+
+def spare_of(host: runtime.HostState, not_pid: int | None = None) -> int:
+    """The pid of the host's spare once there is one (other than `not_pid`)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with host.lock:
+            if host.spare is not None and host.spare.pid != not_pid:
+                return host.spare.pid
+        time.sleep(0.01)
+    raise AssertionError("no spare child within 10 s")
+
+
+def test_an_epoch_runs_in_the_spare_forked_before_it_and_a_new_spare_follows(spared):
+    runtime.want_spare(spared)
+    first = spare_of(spared)
+
+    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+
+    assert (status, reply["pid"], reply["job"]) == (200, first, "lenet-mnist")
+    assert 0 <= reply["wall_s"] < 10
+    second = spare_of(spared, not_pid=first)
+    assert runtime.run_epoch(spared, replace(REQUEST, role="server"))[1]["pid"] == second
+
+
+def test_a_spare_forked_before_a_model_was_loaded_is_not_used_and_leaves(spared):
+    runtime.want_spare(spared)
+    stale = spare_of(spared)
+    with spared.lock:
+        spared.generation += 1  # as load_model does when it caches a model
+
+    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+
+    assert status == 200 and reply["pid"] != stale
+    with pytest.raises(ProcessLookupError):
+        os.kill(stale, 0)  # gone and reaped
+
+
+def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
+    runtime.want_spare(spared)
+    dead = spare_of(spared)
+    os.kill(dead, 9)
+    # ended, not reaped yet (a zombie can show before every thread is gone and waitpid reports it)
+    assert wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None)
+
+    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+
+    assert status == 200 and reply["pid"] != dead, reply
+    assert spared.children == set() or wait_for(lambda: spared.children == set())
+
+
+def wait_for(condition, limit_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
 
 
 def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passed(tmp_path):
@@ -385,6 +467,17 @@ def test_run_in_child_returns_the_childs_reply_with_its_wall_time():
     assert status == 200
     assert (reply["job"], reply["rank"]) == ("lenet-mnist", 0)
     assert 0 <= reply["wall_s"] < 10
+
+
+def test_run_in_child_answers_once_the_reply_is_whole_and_reaps_the_child_meanwhile():
+    host = runtime.HostState()
+
+    status, reply = runtime.run_in_child(host, REQUEST, lambda r: {"pid": os.getpid()})
+
+    assert status == 200
+    assert wait_for(lambda: host.children == set())
+    with pytest.raises(ChildProcessError):
+        os.waitpid(reply["pid"], os.WNOHANG)  # reaped by the host already
 
 
 def test_run_in_child_gives_up_at_the_requests_deadline():
