@@ -326,17 +326,16 @@ def main(argv=None) -> int:
                                ("after_workers_s", "  scheduler/server replies after the last worker's"),
                                ("controller_s", "  controller: thread pool, futures")):
                 print(f"  {median([r[key] for r in later]):7.3f}  {label}")
-            print(f"bare, median over epochs 2..: epoch {median([r['epoch_time_s'] for r in bare_later]):.3f} s = "
-                  f"training loop {median([r['compute_s'] for r in bare_later]):.3f} s + validation "
-                  f"{median([r['epoch_time_s'] - r['compute_s'] for r in bare_later]):.3f} s")
+            bare_epoch = median([r["epoch_time_s"] for r in bare_later])
+            bare_fixed = median([r["epoch_time_s"] - r["compute_s"] for r in bare_later])
+            print(f"bare, median over epochs 2..: epoch {bare_epoch:.3f} s = training loop "
+                  f"{median([r['compute_s'] for r in bare_later]):.3f} s + validation {bare_fixed:.3f} s")
             print("(benchmarks/coach_epoch_profile.py splits the worker child's rest into its segments)")
             # The two sides run one after the other, and this machine's speed drifts by 10-20% within minutes: the
             # training loop (the same code on both sides) then moves the ratio more than Coach does. Beside the
             # plain ratio, the one with the loop's drift removed: each side's time beyond its loop, on the bare
             # side's epoch.
             coach_fixed = median([r["epoch_s"] - r["compute_s"] for r in later])
-            bare_fixed = median([r["epoch_time_s"] - r["compute_s"] for r in bare_later])
-            bare_epoch = median([r["epoch_time_s"] for r in bare_later])
             print(f"beyond the training loop: coach {coach_fixed:.3f} s, bare {bare_fixed:.3f} s per epoch; ratio with "
                   f"the loop's drift removed = {(bare_epoch + coach_fixed - bare_fixed) / bare_epoch:.2f}")
         if args.keep:

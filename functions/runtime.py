@@ -297,37 +297,26 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
     with host.lock:
         spare, host.spare = host.spare, None
         current = spare is not None and spare.generation == host.generation
-        if current:
-            host.children.add(spare.pid)
     want_spare(host)
-    if current:
+    if current and _alive(spare.pid):
         try:
-            if not _exited(spare.pid):
-                message = json.dumps({"request": request.to_dict(), "started_s": started})
-                _write_frame(spare.request_fd, message)
-                os.close(spare.request_fd)
-                return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
+            _write_frame(spare.request_fd, json.dumps({"request": request.to_dict(), "started_s": started}))
         except OSError:  # it died meanwhile (its end of the pipe is closed)
-            _kill(spare.pid)
-            _exited(spare.pid, wait=True)
-        for fd in (spare.request_fd, spare.reply_fd):  # a spare killed before its request: fork as usual
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        with host.lock:
-            host.children.discard(spare.pid)
-    elif spare is not None:  # forked before a model was loaded
+            pass
+        else:
+            os.close(spare.request_fd)
+            return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
+    if spare is not None:  # forked before a model was loaded, or dead before its request: fork as usual
         _drop(spare)
     return run_in_child(host, request, lambda r: epoch_work(host, r), started)
 
 
-def _exited(pid: int, wait: bool = False) -> bool:
-    """Whether the child has ended (then it is reaped); `wait` for it to end."""
+def _alive(pid: int) -> bool:
+    """Whether the child still runs (it is not reaped here: its pid stays its own until then)."""
     try:
-        return os.waitpid(pid, 0 if wait else os.WNOHANG) != (0, 0)
-    except ChildProcessError:  # reaped already
-        return True
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 def epoch_work(host: HostState, request: EpochRequest) -> dict:
@@ -396,7 +385,7 @@ def _drop(spare: Spare) -> None:
     _kill(spare.pid)
     for fd in (spare.request_fd, spare.reply_fd):
         os.close(fd)
-    _exited(spare.pid, wait=True)
+    os.waitpid(spare.pid, 0)
 
 
 def _forked(host: HostState, parent_pid: int) -> None:

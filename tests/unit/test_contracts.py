@@ -33,6 +33,7 @@ from coach.domain.contracts import (
 )
 from coach.platforms.host import make_context
 from functions import runtime
+from tests.support import wait_for
 
 PS = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=2, num_workers=3, node_host="10.0.0.7")
 HYPER = Hyper(batch_size=64, optimizer="sgd", learning_rate=0.05, optimizer_params={"momentum": 0.9, "wd": 1e-4},
@@ -395,13 +396,11 @@ def spared(monkeypatch):
 
 def spare_of(host: runtime.HostState, not_pid: int | None = None) -> int:
     """The pid of the host's spare once there is one (other than `not_pid`)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def pid() -> int | None:
         with host.lock:
-            if host.spare is not None and host.spare.pid != not_pid:
-                return host.spare.pid
-        time.sleep(0.01)
-    raise AssertionError("no spare child within 10 s")
+            return host.spare.pid if host.spare is not None and host.spare.pid != not_pid else None
+
+    return wait_for(pid, what="a spare child")
 
 
 def test_an_epoch_runs_in_the_spare_forked_before_it_and_a_new_spare_follows(spared):
@@ -434,21 +433,12 @@ def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
     dead = spare_of(spared)
     os.kill(dead, 9)
     # ended, not reaped yet (a zombie can show before every thread is gone and waitpid reports it)
-    assert wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None)
+    wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT), what="the spare's end")
 
     status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
 
     assert status == 200 and reply["pid"] != dead, reply
-    assert spared.children == set() or wait_for(lambda: spared.children == set())
-
-
-def wait_for(condition, limit_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+    wait_for(lambda: spared.children == set(), what="the child reaped")
 
 
 def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passed(tmp_path):
@@ -475,7 +465,7 @@ def test_run_in_child_answers_once_the_reply_is_whole_and_reaps_the_child_meanwh
     status, reply = runtime.run_in_child(host, REQUEST, lambda r: {"pid": os.getpid()})
 
     assert status == 200
-    assert wait_for(lambda: host.children == set())
+    wait_for(lambda: host.children == set(), what="the child reaped")
     with pytest.raises(ChildProcessError):
         os.waitpid(reply["pid"], os.WNOHANG)  # reaped by the host already
 
