@@ -79,8 +79,9 @@ class Platform(Protocol):
         """Delete the function; its slot is the Placement's to release."""
         ...
 
-    def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]:
-        """Where the job's ps-lite scheduler will listen for this epoch."""
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
+        """Where the job's ps-lite scheduler will listen for an epoch; not at `avoid_port`, where another epoch's
+        may still listen (the next epoch's rendezvous is chosen while this one runs: coach/drivers/rendezvous.py)."""
         ...
 
     def close(self) -> None:

@@ -6,7 +6,9 @@ a child forked from it, which takes its role for one epoch, writes one JSON repl
 frame) and leaves with `os._exit`. The host answers as soon as the reply is whole and reaps the child meanwhile.
 The child is usually the host's *spare*: forked ahead, while the previous epoch ran, and waiting for its request
 on a pipe (`run_epoch`), so the fork is off the epoch's critical path; it is the warm host as it was, with nothing
-of any epoch in it.
+of any epoch in it. When the last request announced where the next epoch will meet (`next`), the spare joins that
+ps-lite rendezvous at once (`join_ahead`), so the next epoch, whose request carries the announcement's id, finds its
+nodes met: ps-lite's rendezvous takes at least 0.1 s. Any other request gets a fresh child and the spare is dropped.
 
 The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest` or
 `{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
@@ -46,6 +48,7 @@ from typing import Any, Callable
 from coach.domain.contracts import (
     ContractError,
     EpochRequest,
+    NextEpoch,
     PsAddress,
     PsNodeReply,
     WarmRequest,
@@ -93,6 +96,10 @@ class Spare:
     request_fd: int  # the host's end: one frame, the request (a stale spare is killed, never told)
     reply_fd: int  # the host's end of the reply pipe
     generation: int  # HostState.generation when it was forked: it knows the models loaded until then
+    joined: NextEpoch | None = None  # the announced rendezvous it joined: it runs only that epoch
+
+    def serves(self, request: EpochRequest) -> bool:
+        return self.joined is None or (self.joined.id == request.rendezvous_id and self.joined.ps == request.ps)
 
 
 @dataclass
@@ -107,6 +114,7 @@ class HostState:
     fork_lock: threading.Lock = field(default_factory=threading.Lock)
     generation: int = 0  # counts the changes of `models`
     spare: Spare | None = None
+    ahead: tuple[str, NextEpoch] | None = None  # (role, announcement) the next spare joins: the last request's
     wants_spare: threading.Event = field(default_factory=threading.Event)
     keeper: threading.Thread | None = None
 
@@ -233,13 +241,12 @@ def check_labels(data: dict, classes: int | None, model_path: str) -> None:
                              f"the model's {classes} outputs (0..{classes - 1}); {int(bad.sum())} such labels")
 
 
-def ps_environment(request: EpochRequest) -> dict[str, str]:
-    """The DMLC variables of the request's role, matching the servers and workers actually placed.
+def ps_environment(role: str, ps: PsAddress) -> dict[str, str]:
+    """The DMLC variables of a role at a rendezvous, matching the servers and workers actually placed.
 
     The node's own address comes from the request alone: a default here would be wrong on any real cluster."""
-    ps = request.ps
     return {
-        "DMLC_ROLE": request.role,
+        "DMLC_ROLE": role,
         "DMLC_PS_ROOT_URI": ps.root_uri,
         "DMLC_PS_ROOT_PORT": str(ps.root_port),
         "DMLC_NUM_SERVER": str(ps.num_servers),
@@ -292,11 +299,17 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
 
     Why a spare: forking a warm host (MXNet, the model's data) costs about 0.02 s, on the critical path of every
     epoch; the spare is forked while the previous epoch runs and only reads its request when it comes. It holds
-    nothing of any epoch: it is the warm host as it was, like a child forked now."""
+    nothing of any epoch: it is the warm host as it was, like a child forked now, and maybe a ps-lite node at this
+    request's rendezvous, joined ahead.
+
+    A spare that joined this request's rendezvous ahead but cannot run it (the model file changed since, or it
+    died) is answered 500 at once: its peers may have met it already, and ps-lite lets no other node take its place
+    (the epoch would hang until its deadline). The controller retries on fresh functions."""
     started = time.monotonic()
     with host.lock:
         spare, host.spare = host.spare, None
-        current = spare is not None and spare.generation == host.generation
+        current = spare is not None and spare.generation == host.generation and spare.serves(request)
+        host.ahead = None if request.next is None else (request.role, request.next)
     want_spare(host)
     if current and _alive(spare.pid):
         try:
@@ -306,8 +319,12 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
         else:
             os.close(spare.request_fd)
             return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
-    if spare is not None:  # forked before a model was loaded, or dead before its request: fork as usual
+    if spare is not None:  # forked before a model was loaded, joined elsewhere, or dead: fork as usual
         _drop(spare)
+        if spare.joined is not None and spare.joined.id == request.rendezvous_id:
+            return 500, {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the "
+                                  "model file changed, or it died): run the epoch on fresh functions",
+                         "wall_s": time.monotonic() - started}
     return run_in_child(host, request, lambda r: epoch_work(host, r), started)
 
 
@@ -319,12 +336,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def epoch_work(host: HostState, request: EpochRequest) -> dict:
-    """What an epoch child of the request's role does (in the child; the model comes from the host's cache)."""
+def epoch_work(host: HostState, request: EpochRequest, joined: "KvstoreJoin | PsNode | None" = None) -> dict:
+    """What an epoch child of the request's role does (in the child; the model comes from the host's cache), with
+    the ps-lite node a spare started ahead at the request's rendezvous, if any."""
     if request.role == "worker":
         module, data = load_model(host, request.model_path)
-        return run_worker_epoch(request, module, data)
-    return run_ps_node(request)
+        return run_worker_epoch(request, module, data, joined)
+    return joined.reply() if joined is not None else run_ps_node(request)
+
+
+def join_ahead(role: str, ps: PsAddress) -> "KvstoreJoin | PsNode":
+    """Start this role's ps-lite node at `ps` now, before any request for it: a worker joins (its kvstore), a
+    scheduler or server starts serving; either waits in the rendezvous until every node of it has come."""
+    os.environ.update(ps_environment(role, ps))
+    return (KvstoreJoin if role == "worker" else PsNode)(ps).start()
 
 
 def want_spare(host: HostState) -> None:
@@ -345,12 +370,12 @@ def _keep_spare(host: HostState) -> None:
             stale = host.spare if host.spare is not None and host.spare.generation != host.generation else None
             if stale is not None:
                 host.spare = None
-            needed, generation = host.spare is None, host.generation
+            needed, generation, ahead = host.spare is None, host.generation, host.ahead
         if stale is not None:
             _drop(stale)
         if not needed:
             continue
-        spare = _fork_spare(host, generation)
+        spare = _fork_spare(host, generation, ahead)
         with host.lock:
             if host.spare is None:
                 host.spare, spare = spare, None
@@ -358,7 +383,7 @@ def _keep_spare(host: HostState) -> None:
             _drop(spare)
 
 
-def _fork_spare(host: HostState, generation: int) -> Spare:
+def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
     with host.fork_lock:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
@@ -368,24 +393,25 @@ def _fork_spare(host: HostState, generation: int) -> Spare:
             os.close(request_write)
             os.close(reply_read)
             _forked(host, parent_pid)
+            joined = None if ahead is None else join_ahead(ahead[0], ahead[1].ps)
             raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
             if not raw:  # the host is gone
                 os._exit(0)
             message = json.loads(raw)
             request = EpochRequest.from_dict(message["request"])
-            _run_and_reply(request, lambda r: epoch_work(host, r), float(message["started_s"]), reply_write)
+            _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]), reply_write)
         os.close(request_read)
         os.close(reply_write)
-    return Spare(pid, request_write, reply_read, generation)
+    return Spare(pid, request_write, reply_read, generation, None if ahead is None else ahead[1])
 
 
 def _drop(spare: Spare) -> None:
     """End a spare that will get no request (not by closing its request pipe: a child forked since holds a copy of
-    that end, so the spare might never see EOF)."""
+    that end, so the spare might never see EOF). Reaped meanwhile: unmapping a forked host takes 10-20 ms."""
     _kill(spare.pid)
     for fd in (spare.request_fd, spare.reply_fd):
         os.close(fd)
-    os.waitpid(spare.pid, 0)
+    threading.Thread(target=os.waitpid, args=(spare.pid, 0), name=f"drop-{spare.pid}", daemon=True).start()
 
 
 def _forked(host: HostState, parent_pid: int) -> None:
@@ -571,9 +597,43 @@ def _respond(context, status: int, reply: dict):
 
 def run_ps_node(request: EpochRequest) -> dict:
     """Child side of the scheduler and server roles: serve until every worker has dropped its kvstore."""
-    os.environ.update(ps_environment(request))
-    if request.role != "scheduler":
-        await_scheduler(request.ps)
+    os.environ.update(ps_environment(request.role, request.ps))
+    return serve_ps_node(request.role, request.ps)
+
+
+class PsNode:
+    """A scheduler or server that a spare started ahead (`join_ahead`): it serves in a thread while the spare waits
+    for its request, whose reply waits for the serving to end."""
+
+    def __init__(self, ps: PsAddress):
+        self._role = os.environ["DMLC_ROLE"]
+        self._ps = ps
+        self._reply: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name="ps-node", daemon=True)
+
+    def start(self) -> "PsNode":
+        self._thread.start()
+        return self
+
+    def reply(self) -> dict:
+        """What `run_ps_node` replies, once every worker has left; raises what serving raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._reply
+
+    def _serve(self) -> None:
+        try:
+            self._reply = serve_ps_node(self._role, self._ps)
+        except BaseException as error:  # given to the spare's own thread, which replies with it
+            self._error = error
+
+
+def serve_ps_node(role: str, ps: PsAddress) -> dict:
+    """Serve the role (its DMLC variables set) until the workers are gone."""
+    if role != "scheduler":
+        await_scheduler(ps)
     from mxnet.kvstore import kvstore_server
 
     started = time.monotonic()
@@ -605,19 +665,20 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     return x[mine], y[mine]
 
 
-def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
+def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "KvstoreJoin | None" = None) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
     slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
 
     The whole preparation (building the model, loading the checkpoint, the shape pass) overlaps the ps-lite
-    rendezvous (KvstoreJoin); a broken model file found meanwhile is rejected (EpochError) and the controller
-    cancels the peers that joined. A training loss or parameters
+    rendezvous (KvstoreJoin), when a spare has not joined it ahead already; a broken model file found meanwhile is
+    rejected (EpochError) and the controller cancels the peers that joined. A training loss or parameters
     that stop being finite end the training loop of every worker at the same step (see `_train`); such an epoch
     replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
     functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
-    (nothing saved if it trained nothing)."""
+    (nothing saved if it trained nothing). `joining` is the kvstore a spare joined ahead at the request's
+    rendezvous (functions/runtime.py's `join_ahead`), if any."""
     entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
-    os.environ.update(ps_environment(request))
+    os.environ.update(ps_environment(request.role, request.ps))
     import mxnet as mx
     from mxnet import gluon
 
@@ -625,9 +686,10 @@ def run_worker_epoch(request: EpochRequest, module, data: dict) -> dict:
     if _shard_size(len(data["X_train"]), request) == 0:
         raise EpochError(f"model file {request.model_path}: {len(data['X_train'])} training samples, fewer than the "
                          f"{request.ps.num_workers} workers")
-    # ps-lite's rendezvous waits at least 0.1 s (its readiness poll): join first and prepare meanwhile. A broken
-    # model file is found during it; the first failure of an epoch makes the controller cancel the joined peers.
-    joining = KvstoreJoin(request.ps).start()
+    # ps-lite's rendezvous waits at least 0.1 s (its readiness poll): joined ahead by the spare, or join first and
+    # prepare meanwhile. A broken model file is found during it; the first failure of an epoch makes the controller
+    # cancel the joined peers.
+    joining = joining or KvstoreJoin(request.ps).start()
     mx.random.seed(hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
     net = user_code(request.model_path, "build_model()", module.build_model)
     if not isinstance(net, gluon.Block):
@@ -715,7 +777,8 @@ def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: 
 class KvstoreJoin:
     """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
     (benchmarks/README.md), time the worker spends building its model, loading its checkpoint and running the
-    shape pass instead of waiting. MXNet's C calls release the GIL, so both go on at once."""
+    shape pass instead of waiting, or a spare waiting for its request (`join_ahead`). MXNet's C calls release the
+    GIL, so both go on at once."""
 
     def __init__(self, ps: PsAddress):
         self._ps = ps
@@ -728,11 +791,13 @@ class KvstoreJoin:
         return self
 
     def kvstore(self):
-        """The joined kvstore; raises what joining raised."""
+        """The joined kvstore, handed over (no reference stays here: its destructor, when the worker drops it, is
+        what stops the servers); raises what joining raised."""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return self._kv
+        kv, self._kv = self._kv, None
+        return kv
 
     def _join(self) -> None:
         try:

@@ -19,7 +19,7 @@ SCHEMA = 1  # bump on any incompatible change; both sides refuse another version
 ROLES = tuple(role.value for role in _ROLES)  # as JSON strings; one definition: coach.domain.identity
 _LEARNING_RATE_KEYS = ("learning_rate", "lr")  # set by Hyper.learning_rate alone
 _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "model", "data", "hyper", "checkpoint",
-                 "deadline_s")  # EpochRequest's JSON keys, in the order from_dict checks them
+                 "deadline_s", "rendezvous_id", "next")  # EpochRequest's JSON keys, in the order from_dict checks them
 
 
 _NOISE_FIELDS = ("grad_var", "grad_sqr", "noise_steps")  # WorkerReply's optional noise-scale measurement
@@ -140,6 +140,24 @@ class PsAddress:
 
 
 @dataclass(frozen=True)
+class NextEpoch:
+    """Where the next epoch of the same functions at the same counts will meet, announced ahead so that a spare
+    child joins it now (functions/runtime.py); that epoch's request carries `id` as its `rendezvous_id`. The id,
+    not the address, tells them apart: an address comes back once the epoch announced there has not come."""
+
+    id: str  # unique to this announcement
+    ps: PsAddress
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "ps": self.ps.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping, where: str = "next.") -> "NextEpoch":
+        _only(data, ("id", "ps"), where)
+        return cls(_text(data, "id", where), PsAddress.from_dict(_mapping(data, "ps", where), f"{where}ps."))
+
+
+@dataclass(frozen=True)
 class Hyper:
     """Training hyper-parameters of one epoch."""
 
@@ -191,15 +209,24 @@ class EpochRequest:
     checkpoint_load: str | None  # prefix of the checkpoint to start from; None for the first step
     checkpoint_save: str  # prefix rank 0 saves to
     deadline_s: float  # the function gives up after this long
+    # the NextEpoch.id under which this epoch's rendezvous was announced ahead; None: chosen now, no spare joined it
+    rendezvous_id: str | None = None
+    next: NextEpoch | None = None  # where the next epoch at these functions and counts will meet
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "schema": SCHEMA, "job": self.job, "epoch": self.epoch, "step": self.step, "attempt": self.attempt,
             "role": self.role, "ps": self.ps.to_dict(), "model": {"path": self.model_path},
             "data": {"fraction": self.data_fraction}, "hyper": self.hyper.to_dict(),
             "checkpoint": {"load": self.checkpoint_load, "save": self.checkpoint_save},
             "deadline_s": self.deadline_s,
         }
+        # written only when set: a request without them keeps its earlier shape
+        if self.rendezvous_id is not None:
+            out["rendezvous_id"] = self.rendezvous_id
+        if self.next is not None:
+            out["next"] = self.next.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "EpochRequest":
@@ -229,9 +256,16 @@ class EpochRequest:
         deadline = _number(data, "deadline_s", "")
         if deadline <= 0:
             raise ContractError("deadline_s", f"must be > 0, got {deadline}")
+        rendezvous_id = _text(data, "rendezvous_id", "", optional=True)
+        following = None
+        if data.get("next") is not None:
+            following = NextEpoch.from_dict(_mapping(data, "next"))
+            if (following.ps.root_uri, following.ps.root_port) == (ps.root_uri, ps.root_port):
+                raise ContractError("next.ps.root_port", f"must differ from ps.root_port ({ps.root_port}): both "
+                                    f"schedulers listen at once")
         return cls(job=job, epoch=epoch, step=step, attempt=attempt, role=role, ps=ps, model_path=model_path,
                    data_fraction=fraction, hyper=hyper, checkpoint_load=load, checkpoint_save=save,
-                   deadline_s=deadline)
+                   deadline_s=deadline, rendezvous_id=rendezvous_id, next=following)
 
 
 @dataclass(frozen=True)

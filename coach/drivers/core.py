@@ -9,13 +9,14 @@ driver a simulated clock and a heap of future events. Side effects: only through
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from coach.domain.contracts import ContractError, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import ContractError, NextEpoch, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, has_quorum
 from coach.domain.invocation import ERROR, UNREACHABLE, Failure, FunctionRef
 from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
+from coach.drivers.rendezvous import Rendezvous
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import Awaiting, JobLifecycle
@@ -60,6 +61,7 @@ class Driver:
         self.fan_out = fan_out
         self.on_finish = on_finish
         self.refs: dict[FunctionId, FunctionRef] = {}  # deployed functions of every job
+        self.rendezvous = Rendezvous()
         self._asking: set[str] = set()
         self._placement_changed = False
         self._index = {name: i for i, name in enumerate(self.order)}
@@ -275,6 +277,7 @@ class Driver:
             ports.store.prune(job, command.keep)
         elif isinstance(command, cmd.Finish):
             self._views.pop(job, None)  # policies see unfinished jobs only
+            self.rendezvous.forget(job)
             ports.sinks[job].close()
             self.on_finish(self.jobs[job], self.now_s())
         else:
@@ -310,13 +313,14 @@ class Driver:
         started_s = self.now_s()
 
         def run():
-            scheduler = next(ref for ref in refs if ref.fid.role == Role.SCHEDULER)
-            root_uri, root_port = platform.rendezvous_address(scheduler)
+            meeting = self.rendezvous.meeting(platform, job, refs, command.workers, command.servers)
             save = store.prefix(job, command.save_tag)
 
             def request_for(ref: FunctionRef):
-                ps = PsAddress(root_uri, root_port, command.servers, command.workers, ref.host)
-                return command.request(ref.fid, ps, save)
+                ps = PsAddress(*meeting.address, command.servers, command.workers, ref.host)
+                following = NextEpoch(meeting.next_id, replace(ps, root_uri=meeting.next_address[0],
+                                                               root_port=meeting.next_address[1]))
+                return command.request(ref.fid, ps, save, meeting.id, following)
 
             together = fan_out.together(platform, refs, request_for, command.timeout_s)
             return epoch_result(together, refs, store)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coach.domain.contracts import EpochRequest, Hyper, PsAddress
+from coach.domain.contracts import EpochRequest, Hyper, NextEpoch, PsAddress
 from coach.domain.identity import FunctionId
 from coach.domain.records import EpochRecord
 
@@ -68,13 +68,14 @@ class InvokeEpoch:
     deadline_s: float  # the functions' own deadline
     timeout_s: float  # the driver's HTTP timeout: a little more, so the function's own 504 arrives first
 
-    def request(self, fid: FunctionId, ps: PsAddress, checkpoint_save: str) -> EpochRequest:
-        """The typed request one function of this epoch gets."""
+    def request(self, fid: FunctionId, ps: PsAddress, checkpoint_save: str, rendezvous_id: str | None = None,
+                following: NextEpoch | None = None) -> EpochRequest:
+        """The typed request one function of this epoch gets (where it meets is the driver's: coach/drivers)."""
         return EpochRequest(job=fid.job, epoch=self.epoch, step=self.step, attempt=self.attempt,
                             role=fid.role.value, ps=ps, model_path=self.model_path,
                             data_fraction=self.data_fraction, hyper=self.hyper,
                             checkpoint_load=self.checkpoint_load, checkpoint_save=checkpoint_save,
-                            deadline_s=self.deadline_s)
+                            deadline_s=self.deadline_s, rendezvous_id=rendezvous_id, next=following)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from coach.model.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoi
 from coach.model.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
 from coach.model.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
-from coach.policy.planning import calibration_within
+from coach.policy.planning import calibration_fraction, calibration_within
 from coach.policy.run_policy import Counts, Wait
 from coach.policy.stopping import StopInputs, decide, stop_metric
 
@@ -178,6 +178,7 @@ class JobLifecycle:
         self._noise = None  # smoothed NoiseStats the workers measured
         self._step_times: tuple[tuple[int, int, float], ...] = ()  # (workers, per-worker batch, step seconds)
         self._train_samples: int | None = None  # samples of a full epoch, once one ran
+        self._data_samples: int | None = None  # the same, estimated from any whole step (a mini-epoch's share)
 
     # -- what a driver or policy may read -------------------------------------------------------------------
     @property
@@ -261,9 +262,13 @@ class JobLifecycle:
         workers, servers = self.calibration[number - 1]
         predicted = predicted_cost(self.history.last_cost, self.history.last_counts, (workers, servers),
                                    self._max_price)
+        fraction = calibration_fraction(self.spec.calibration_fraction, workers, self.spec.batch_size,
+                                        self._data_samples)
+        last = self.step
+        if last is not None and not last.epoch and fraction > last.data_fraction:  # more data than the last one
+            predicted *= fraction / last.data_fraction
         if self.history.spent + predicted > self.spec.budget:
             return self._finish(now_s, "budget")
-        fraction = self.spec.calibration_fraction
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,
                          {"calibration_step": number, "data_fraction": fraction, "predicted_cost": predicted})
         self._decision = {}
@@ -476,6 +481,8 @@ class JobLifecycle:
         fraction = step.data_fraction * done
         partial = {"data_fraction": fraction, "epoch_fraction": done, "stopped_early": True} if stopped else {}
         batch_fields = self._learn_batch(replies, workers, metrics.samples, metrics.compute_s, fraction)
+        if not stopped:
+            self._data_samples = round(metrics.samples / fraction)
         phase = "training" if step.epoch else "calibration"
         spent = before.spent + cost
         wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)

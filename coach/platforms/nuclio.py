@@ -403,11 +403,12 @@ class NuclioPlatform:
         if current is None or current == ref.instance:
             self.delete(ref.fid)
 
-    def rendezvous_address(self, scheduler: FunctionRef) -> tuple[str, int]:
-        """The PS scheduler's pod address and PS_PORT; a free port on loopback, where all pods share one IP."""
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
+        """The PS scheduler's pod address and PS_PORT (the next one when asked to avoid it); a free port on
+        loopback, where all pods share one IP."""
         if is_loopback(scheduler.host):
-            return scheduler.host, free_port(scheduler.host)
-        return scheduler.host, PS_PORT
+            return scheduler.host, free_port(scheduler.host, avoid_port)
+        return scheduler.host, PS_PORT + 1 if avoid_port == PS_PORT else PS_PORT
 
     def close(self) -> None:
         """Delete every function this platform created (one try each, together), then close the sessions."""

@@ -6,6 +6,7 @@ policy about one job, so what a user previews is what a run would do.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -23,6 +24,22 @@ from coach.policy.measured import current_counts, measured_or_fitted, probe_marg
 #: unidentifiable); all four points fit in the functions of (2, 2). A fifth point at (3, 1) was measured and did
 #: not help: its mini-epoch, the third worker's first, came out 22% slow (benchmarks/README.md).
 CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))
+
+
+#: A calibration mini-epoch trains at least this many batches on every worker (or all the data): with one batch
+#: its time is the cold first step's alone and no warm-up can be told apart. ResNet-18 on 1,000 digits at batch
+#: 128 trained one step per worker at (2, *) on a quarter of the data, and its fit missed by 34% (benchmarks/README.md).
+CALIBRATION_MIN_STEPS = 4
+
+
+def calibration_fraction(fraction: float, workers: int, batch_per_worker: int, data_samples: int | None) -> float:
+    """The share of the data a calibration mini-epoch at `workers` trains: the job's `calibration_fraction`, raised
+    so that every worker trains CALIBRATION_MIN_STEPS batches, up to all of it. As asked while the data's size is
+    unknown (it is learnt from the first mini-epoch's reply). Rounded up to 4 decimals, for readable lines."""
+    if not data_samples:
+        return fraction
+    needed = math.ceil(CALIBRATION_MIN_STEPS * batch_per_worker * workers / data_samples * 1e4) / 1e4
+    return min(1.0, max(fraction, needed))
 
 
 def calibration_within(points: Sequence[tuple[int, int]], max_workers: int | None = None,

@@ -6,11 +6,12 @@ stop reasons, cost arithmetic, the order jobs get slots in — never a duration,
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.lifecycle.job import INTERRUPTED
-from coach.policy.planning import CALIBRATION_POINTS
+from coach.policy.planning import CALIBRATION_MIN_STEPS, CALIBRATION_POINTS
 from coach.policy.run_policy import POLICIES
 
 PRICE_PER_SLOT_S = 0.0001
@@ -78,7 +79,12 @@ def test_a_dynamic_job_calibrates_at_four_points_then_trains_with_recorded_decis
     assert [(r["workers"], r["servers"]) for r in calibration] == list(CALIBRATION_POINTS) \
         == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert [r["calibration_step"] for r in calibration] == [1, 2, 3, 4]
-    assert all(r["epoch"] == 0 and r["data_fraction"] == spec.calibration_fraction for r in calibration)
+    assert all(r["epoch"] == 0 for r in calibration)
+    # the job's share of the data, raised where a worker would train fewer than CALIBRATION_MIN_STEPS batches
+    assert calibration[0]["data_fraction"] == spec.calibration_fraction  # the data's size is known after it
+    assert all(spec.calibration_fraction <= r["data_fraction"] <= 1 for r in calibration)
+    assert all(r["data_fraction"] == 1 or math.ceil(r["samples"] / r["workers"] / r["batch_size"]) >=
+               CALIBRATION_MIN_STEPS for r in calibration[1:])
     assert all("decision" not in r for r in calibration)
     assert [r["phase"] for r in trained] == ["training", "training"]
     assert [r["epoch"] for r in trained] == [1, 2]

@@ -26,6 +26,7 @@ from coach.domain.contracts import (
     ContractError,
     EpochRequest,
     Hyper,
+    NextEpoch,
     PsAddress,
     PsNodeReply,
     WarmRequest,
@@ -88,6 +89,37 @@ def test_an_epoch_request_is_sent_in_the_documented_shape():
         "checkpoint": {"load": "results/ckpt/lenet-mnist-7", "save": "results/ckpt/lenet-mnist-8"},
         "deadline_s": 600.0,
     }
+
+
+def test_a_request_carries_its_rendezvous_id_and_the_next_announcement_only_when_set_and_they_survive_json():
+    announced = replace(REQUEST, rendezvous_id="a1", next=NextEpoch("b2", replace(PS, root_port=9092)))
+
+    assert not {"rendezvous_id", "next"} & set(REQUEST.to_dict())
+    body = announced.to_dict()
+    assert (body["rendezvous_id"], body["next"]) == ("a1", {"id": "b2", "ps": {**body["ps"], "root_port": 9092}})
+    assert EpochRequest.from_dict(through_json(body)) == announced
+    assert EpochRequest.from_dict({**REQUEST.to_dict(), "rendezvous_id": None, "next": None}) == REQUEST
+
+
+NEXT = {"id": "b2", "ps": {**PS.to_dict(), "root_port": 9092}}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("rendezvous_id", 3, "rendezvous_id: expected a string, got int"),
+    ("rendezvous_id", "", "rendezvous_id: must not be empty"),
+    ("next", 3, "next: expected an object, got int"),
+    ("next", {"ps": NEXT["ps"]}, "next.id: required"),
+    ("next", {**NEXT, "when": 1}, "next.when: unknown field"),
+    ("next", {**NEXT, "ps": {**PS.to_dict(), "root_port": 0}}, "next.ps.root_port: must be a TCP port (1..65535), got 0"),
+    ("next", {**NEXT, "ps": {**PS.to_dict(), "num_workers": 0}}, "next.ps.num_workers: must be >= 1, got 0"),
+    ("next", {**NEXT, "ps": PS.to_dict()},
+     "next.ps.root_port: must differ from ps.root_port (9091): both schedulers listen at once"),
+], ids=["id-int", "id-empty", "not-object", "no-id", "unknown", "port-0", "no-workers", "same-address"])
+def test_a_malformed_announcement_names_its_field(field, value, message):
+    with pytest.raises(ContractError) as caught:
+        EpochRequest.from_dict({**REQUEST.to_dict(), field: value})
+
+    assert (str(caught.value), caught.value.field) == (message, message.split(": ", 1)[0])
 
 
 def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
@@ -424,8 +456,79 @@ def test_a_spare_forked_before_a_model_was_loaded_is_not_used_and_leaves(spared)
     status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
 
     assert status == 200 and reply["pid"] != stale
-    with pytest.raises(ProcessLookupError):
-        os.kill(stale, 0)  # gone and reaped
+    wait_for(lambda: not _exists(stale), what="the stale spare gone and reaped")
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Joined:
+    """What `join_ahead` gives a spare, here without ps-lite: its reply tells where it joined."""
+
+    def __init__(self, role: str, ps: PsAddress):
+        self.role, self.ps = role, ps
+
+    def reply(self) -> dict:
+        return {"pid": os.getpid(), "joined": [self.role, self.ps.root_port]}
+
+
+AHEAD = NextEpoch("next-1", replace(PS, root_port=9092))
+
+
+def announced(**changes) -> EpochRequest:
+    """The server's request of the epoch AHEAD announced."""
+    return replace(REQUEST, **{"role": "server", "ps": AHEAD.ps, "rendezvous_id": AHEAD.id, **changes})
+
+
+def test_a_request_naming_the_next_rendezvous_has_the_next_spare_join_it_and_that_epoch_run_there(
+        spared, monkeypatch):
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    runtime.want_spare(spared)
+    plain = spare_of(spared)
+
+    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server", next=AHEAD))
+
+    assert (status, reply["pid"], "joined" in reply) == (200, plain, False)  # a spare that joined nothing serves any
+    ahead = spare_of(spared, not_pid=plain)
+    assert spared.spare.joined == AHEAD and spared.ahead == ("server", AHEAD)
+    status, reply = runtime.run_epoch(spared, announced())
+    assert (status, reply["pid"], reply["joined"]) == (200, ahead, ["server", 9092])
+    assert spared.ahead is None  # that request named no next rendezvous: the next spare joins nothing
+    assert spare_of(spared, not_pid=ahead) and spared.spare.joined is None
+
+
+def test_a_spare_that_joined_another_rendezvous_is_dropped_and_the_epoch_forks_as_usual(spared, monkeypatch):
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with spared.lock:
+        spared.ahead = ("server", AHEAD)
+    runtime.want_spare(spared)
+    elsewhere = spare_of(spared)
+
+    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))  # at PS, not at AHEAD
+
+    assert status == 200 and reply["pid"] != elsewhere and "joined" not in reply
+    wait_for(lambda: not _exists(elsewhere), what="the spare that joined elsewhere gone and reaped")
+
+
+def test_an_epoch_given_the_address_of_an_announcement_that_never_came_true_does_not_use_its_spare(
+        spared, monkeypatch):
+    """The address came back (a reused port, the scheduler pod's other port) for an epoch chosen now: the spare's
+    peers of that announcement are gone, so running in it would hang."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with spared.lock:
+        spared.ahead = ("server", AHEAD)
+    runtime.want_spare(spared)
+    stale = spare_of(spared)
+
+    status, reply = runtime.run_epoch(spared, announced(rendezvous_id=None))
+
+    assert status == 200 and reply["pid"] != stale and "joined" not in reply
+    wait_for(lambda: not _exists(stale), what="the spare of the old announcement gone and reaped")
 
 
 def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
@@ -439,6 +542,23 @@ def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
 
     assert status == 200 and reply["pid"] != dead, reply
     wait_for(lambda: spared.children == set(), what="the child reaped")
+
+
+def test_a_spare_that_joined_the_requests_rendezvous_but_is_stale_fails_the_epoch_at_once(spared, monkeypatch):
+    """Its peers may have met it already and ps-lite takes no other node in its place: a fresh child would hang."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with spared.lock:
+        spared.ahead = ("server", AHEAD)
+    runtime.want_spare(spared)
+    joined = spare_of(spared)
+    with spared.lock:
+        spared.generation += 1  # the model file changed since it was forked
+
+    status, reply = runtime.run_epoch(spared, announced())
+
+    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    assert spared.children == set()  # nothing was forked for it
+    wait_for(lambda: not _exists(joined), what="the stale spare gone and reaped")
 
 
 def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passed(tmp_path):

@@ -14,6 +14,7 @@ from typing import Mapping
 import pytest
 
 from coach.model.cost import MIN_EPOCH_S
+from coach.policy.planning import CALIBRATION_MIN_STEPS, calibration_fraction
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 from coach.domain.contracts import Hyper, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
@@ -81,11 +82,12 @@ def invoke(ids, *, epoch: int, step: int, tag: str, load: str | None, attempt: i
 
 
 def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0, hold: float = 10.0,
-               checkpoint: str | None = "saved") -> EpochDone:
-    """Every worker trains 64 samples at `loss`; rank 0 saves `/ckpt/lenet/<save_tag>`; every slot held `hold` s."""
+               checkpoint: str | None = "saved", samples: int = 256) -> EpochDone:
+    """Every worker trains `samples` at `loss`; rank 0 saves `/ckpt/lenet/<save_tag>`; every slot held `hold` s."""
     workers = [fid for fid, _ in call.functions if fid.role is Role.WORKER]
     saved = ckpt(call.save_tag) if checkpoint == "saved" else checkpoint
-    replies = {fid: WorkerReply(rank=i, num_workers=len(workers), loss_sum=loss * 64, samples=64, correct=32,
+    replies = {fid: WorkerReply(rank=i, num_workers=len(workers), loss_sum=loss * samples, samples=samples,
+                                correct=samples // 2,
                                 compute_s=8.0 if i == 0 else 7.5, checkpoint_saved=saved if i == 0 else None)
                for i, fid in enumerate(workers)}
     return EpochDone(now_s=now, started_s=now - wall, wall_s=wall, replies=replies,
@@ -94,13 +96,13 @@ def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0
 
 def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end: float, tag: str,
             phase: str = "training", stop: str | None = None, attempt: int = 1, budget: float = BUDGET,
-            extra: Mapping = {}) -> EpochRecord:
+            extra: Mapping = {}, samples: int = 256) -> EpochRecord:
     """The record of a finished step run by `ids` with the replies `epoch_done` builds."""
     workers = sum(1 for fid in ids if fid.role is Role.WORKER)
     servers = sum(1 for fid in ids if fid.role is Role.SERVER)
     return EpochRecord(run_id=RUN, job="lenet", phase=phase, epoch=epoch, workers=workers, servers=servers,
                        placement=names(ids), loss=loss, val_loss=None, accuracy=None, train_accuracy=0.5,
-                       samples=64 * workers, epoch_time_s=10.0, compute_s=8.0, start=iso(end - 10.0),
+                       samples=samples * workers, epoch_time_s=10.0, compute_s=8.0, start=iso(end - 10.0),
                        end=iso(end), cost=cost, cumulative_cost=cumulative, budget=budget, stop_reason=stop,
                        attempt=attempt, checkpoint=ckpt(tag),
                        extra={**extra, "batch_size": 32, "global_batch": 32 * workers, "learning_rate": 0.05,
@@ -289,6 +291,43 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     w2 = FunctionId("lenet", Role.WORKER, 2)
     assert out == [Submit((S1, w2)), WatchPlacement(T0 + 630)]
     assert d.bind_all(T0 + 601) == [Deploy(placed((S1, w2)), MODEL)]
+
+
+def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_worker():
+    """512 samples at batch 32: a quarter of the data gives a worker 4 batches at w = 1 but 2 at w = 2, so the
+    two-worker points train half the data; the first point asks before the data's size is known."""
+    spec = dynamic_spec(calibration_fraction=0.125)
+    d = Driver(spec, calibration=CALIBRATION)
+    d.send(Start(T0))
+    d.bind_all(T0 + 1)
+    out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
+    used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
+    fractions = {1: 0.125, 2: 0.25, 3: 0.5, 4: 0.5}  # CALIBRATION_MIN_STEPS * 32 * w / 512, at least 0.125
+    # the last step's cost scaled by slots, and by the data when a step trains more of it than the last one
+    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3 * 2, 3: COST_12 * 4 / 4 * 2, 4: COST_21 * 5 / 4}
+    for step in (1, 2, 3, 4):
+        call = out[-1]
+        assert isinstance(call, InvokeEpoch)
+        assert (call.data_fraction, call.save_tag) == (fractions[step], f"calibration-{step}")
+        assert call.functions == placed(used[step])
+        per_worker = int(512 * fractions[step]) // call.workers
+        assert per_worker >= CALIBRATION_MIN_STEPS * 32 or fractions[step] == spec.calibration_fraction
+        out = d.send(epoch_done(call, T0 + 100 * step, 1.0, samples=per_worker))
+        record = out[0].record
+        assert record.extra["data_fraction"] == fractions[step]
+        assert record.extra["predicted_cost"] == pytest.approx(predicted[step])
+    assert out[-1] == AskPolicy()
+    # the speed model scales each mini-epoch by the share it trained
+    assert [o.workers for o in d.lc.history.observations] == [1, 1, 2, 2]
+
+
+def test_the_calibration_floor_raises_the_share_up_to_all_the_data_and_never_lowers_it():
+    assert calibration_fraction(0.25, 2, 128, None) == 0.25  # size not known yet
+    assert calibration_fraction(0.25, 2, 128, 4000) == 0.256  # 4 * 128 * 2 / 4000
+    assert calibration_fraction(0.25, 1, 128, 4000) == 0.25
+    assert calibration_fraction(0.25, 2, 128, 1000) == 1.0
+    assert calibration_fraction(0.25, 3, 100, 30_000) == 0.25
+    assert calibration_fraction(0.1, 3, 100, 10_001) == 0.12  # rounded up, never below the floor
 
 
 def test_calibration_keeps_to_the_points_that_fit_the_cluster_together():
@@ -1103,7 +1142,7 @@ def test_an_adaptive_job_asks_for_the_noise_scale_records_it_and_grows_the_batch
     call = d.send(Deployed(T0 + 2, F21))[0]
     # before any measurement: the job file's batch and learning rate, and the workers are asked to measure
     assert call.hyper == Hyper(32, "sgd", 0.05, {"momentum": 0.9}, 7, measure_noise=True)
-    done = epoch_done(call, T0 + 12, 0.5)
+    done = epoch_done(call, T0 + 12, 0.5, samples=64)
     # each worker's 64 samples are 2 steps of 32 in 8 s; they measured tr(Sigma) = 6400, |G|^2 = 1: B = 6400
     done = replace(done, replies={fid: replace(r, grad_var=6400.0, grad_sqr=1.0, noise_steps=2)
                                   for fid, r in done.replies.items()})

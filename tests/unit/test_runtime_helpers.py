@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,7 +184,7 @@ def test_normalise_rejects_other_shapes(data):
 def test_ps_environment_is_the_dmlc_variables_of_one_role_as_strings():
     ps = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=1, num_workers=2, node_host="10.0.0.7")
 
-    assert ps_environment(epoch_request("server", ps=ps)) == {
+    assert ps_environment("server", ps) == {
         "DMLC_ROLE": "server",
         "DMLC_PS_ROOT_URI": "10.0.0.5",
         "DMLC_PS_ROOT_PORT": "9091",
@@ -199,11 +198,11 @@ def test_ps_environment_is_the_dmlc_variables_of_one_role_as_strings():
 def test_ps_environment_takes_role_counts_and_node_host_from_the_request():
     ps = PsAddress(root_uri="127.0.0.1", root_port=9000, num_servers=2, num_workers=4, node_host="10.1.2.3")
 
-    env = ps_environment(epoch_request("worker", ps=ps))
+    env = ps_environment("worker", ps)
 
     assert (env["DMLC_ROLE"], env["DMLC_NODE_HOST"]) == ("worker", "10.1.2.3")
     assert (env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]) == ("2", "4")
-    assert ps_environment(replace(epoch_request("worker", ps=ps), role="scheduler"))["DMLC_ROLE"] == "scheduler"
+    assert ps_environment("scheduler", ps)["DMLC_ROLE"] == "scheduler"
 
 
 def test_a_request_without_node_host_is_refused_not_defaulted_to_loopback():
