@@ -79,9 +79,10 @@ class Platform(Protocol):
         """Delete the function; its slot is the Placement's to release."""
         ...
 
-    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
-        """Where the job's ps-lite scheduler will listen for an epoch; not at `avoid_port`, where another epoch's
-        may still listen (the next epoch's rendezvous is chosen while this one runs: coach/drivers/rendezvous.py)."""
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        """Where the job's ps-lite scheduler will listen for an epoch; not at `avoid_ports` (at most two), where an
+        epoch's may listen meanwhile (the next epoch's rendezvous is announced while this one runs, and an
+        announcement that does not come true listens until its host's next request: coach/drivers/rendezvous.py)."""
         ...
 
     def close(self) -> None:

@@ -98,8 +98,12 @@ class Spare:
     generation: int  # HostState.generation when it was forked: it knows the models loaded until then
     joined: NextEpoch | None = None  # the announced rendezvous it joined: it runs only that epoch
 
-    def serves(self, request: EpochRequest) -> bool:
-        return self.joined is None or (self.joined.id == request.rendezvous_id and self.joined.ps == request.ps)
+    def serves(self, request: EpochRequest, joined_here: bool) -> bool:
+        """Whether it may run `request`; `joined_here`: a child of this host joined the request's rendezvous, which
+        then only that child may run (ps-lite takes one node per function)."""
+        if self.joined is None:
+            return not joined_here
+        return self.joined.id == request.rendezvous_id and self.joined.ps == request.ps
 
 
 @dataclass
@@ -112,9 +116,13 @@ class HostState:
     # held from making a child's pipes until the host has closed the child's ends: no other child may inherit
     # them (a reply pipe whose write end another process holds never reaches EOF)
     fork_lock: threading.Lock = field(default_factory=threading.Lock)
+    # held by the keeper from choosing a spare until it is stored, and by an epoch taking it: an epoch never forks
+    # a child of its own while the keeper's spare joins the same rendezvous
+    keeping: threading.Lock = field(default_factory=threading.Lock)
     generation: int = 0  # counts the changes of `models`
     spare: Spare | None = None
     ahead: tuple[str, NextEpoch] | None = None  # (role, announcement) the next spare joins: the last request's
+    joined_id: str | None = None  # the last announcement a child of this host joined: no other child may join it
     wants_spare: threading.Event = field(default_factory=threading.Event)
     keeper: threading.Thread | None = None
 
@@ -306,9 +314,10 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
     died) is answered 500 at once: its peers may have met it already, and ps-lite lets no other node take its place
     (the epoch would hang until its deadline). The controller retries on fresh functions."""
     started = time.monotonic()
-    with host.lock:
+    with host.keeping, host.lock:
         spare, host.spare = host.spare, None
-        current = spare is not None and spare.generation == host.generation and spare.serves(request)
+        joined_here = request.rendezvous_id is not None and request.rendezvous_id == host.joined_id
+        current = spare is not None and spare.generation == host.generation and spare.serves(request, joined_here)
         host.ahead = None if request.next is None else (request.role, request.next)
     want_spare(host)
     if current and _alive(spare.pid):
@@ -321,10 +330,10 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
             return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
     if spare is not None:  # forked before a model was loaded, joined elsewhere, or dead: fork as usual
         _drop(spare)
-        if spare.joined is not None and spare.joined.id == request.rendezvous_id:
-            return 500, {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the "
-                                  "model file changed, or it died): run the epoch on fresh functions",
-                         "wall_s": time.monotonic() - started}
+    if joined_here:
+        return 500, {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the model "
+                              "file changed, or it died): run the epoch on fresh functions",
+                     "wall_s": time.monotonic() - started}
     return run_in_child(host, request, lambda r: epoch_work(host, r), started)
 
 
@@ -366,21 +375,22 @@ def _keep_spare(host: HostState) -> None:
     while True:
         host.wants_spare.wait()
         host.wants_spare.clear()
-        with host.lock:
-            stale = host.spare if host.spare is not None and host.spare.generation != host.generation else None
+        with host.keeping:
+            with host.lock:
+                stale = host.spare if host.spare is not None and host.spare.generation != host.generation else None
+                if stale is not None:
+                    host.spare = None
+                needed, generation, ahead = host.spare is None, host.generation, host.ahead
+                if not needed or (ahead is not None and ahead[1].id == host.joined_id):
+                    ahead = None  # joined already, by a spare now stale: its epoch will be answered 500
+                if ahead is not None:
+                    host.joined_id = ahead[1].id
             if stale is not None:
-                host.spare = None
-            needed, generation, ahead = host.spare is None, host.generation, host.ahead
-        if stale is not None:
-            _drop(stale)
-        if not needed:
-            continue
-        spare = _fork_spare(host, generation, ahead)
-        with host.lock:
-            if host.spare is None:
-                host.spare, spare = spare, None
-        if spare is not None:
-            _drop(spare)
+                _drop(stale)
+            if needed:
+                spare = _fork_spare(host, generation, ahead)
+                with host.lock:
+                    host.spare = spare  # none was stored meanwhile: only the keeper stores, epochs wait for it
 
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
@@ -389,17 +399,24 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
         reply_read, reply_write = os.pipe()
         parent_pid = os.getpid()
         pid = os.fork()
-        if pid == 0:  # the spare: never returns
-            os.close(request_write)
-            os.close(reply_read)
-            _forked(host, parent_pid)
-            joined = None if ahead is None else join_ahead(ahead[0], ahead[1].ps)
-            raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
-            if not raw:  # the host is gone
-                os._exit(0)
-            message = json.loads(raw)
-            request = EpochRequest.from_dict(message["request"])
-            _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]), reply_write)
+        if pid == 0:  # the spare: never returns, not even raising into the keeper's loop
+            status = 0
+            try:
+                os.close(request_write)
+                os.close(reply_read)
+                _forked(host, parent_pid)
+                joined = None if ahead is None else join_ahead(ahead[0], ahead[1].ps)
+                raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
+                if raw:  # empty: the host is gone
+                    message = json.loads(raw)
+                    request = EpochRequest.from_dict(message["request"])
+                    _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]),
+                                   reply_write)
+            except BaseException as error:  # before its request (joining, reading it): the host sees it die
+                status = 1
+                log_failure("spare child failed before its epoch:", error)
+            finally:
+                os._exit(status)
         os.close(request_read)
         os.close(reply_write)
     return Spare(pid, request_write, reply_read, generation, None if ahead is None else ahead[1])

@@ -263,6 +263,11 @@ class EpochRequest:
             if (following.ps.root_uri, following.ps.root_port) == (ps.root_uri, ps.root_port):
                 raise ContractError("next.ps.root_port", f"must differ from ps.root_port ({ps.root_port}): both "
                                     f"schedulers listen at once")
+            if following.ps.node_host != ps.node_host:  # this function's own node, then as now
+                raise ContractError("next.ps.node_host", f"must equal ps.node_host ({ps.node_host!r}), got "
+                                    f"{following.ps.node_host!r}")
+            if following.id == rendezvous_id:
+                raise ContractError("next.id", f"must differ from rendezvous_id ({rendezvous_id!r})")
         return cls(job=job, epoch=epoch, step=step, attempt=attempt, role=role, ps=ps, model_path=model_path,
                    data_fraction=fraction, hyper=hyper, checkpoint_load=load, checkpoint_save=save,
                    deadline_s=deadline, rendezvous_id=rendezvous_id, next=following)
@@ -377,7 +382,7 @@ class WorkerReply:
 class PsNodeReply:
     """What a PS scheduler or server reports of its epoch: how long it served."""
 
-    compute_s: float  # time from starting the ps-lite role until the last worker left
+    compute_s: float  # time from starting the ps-lite role (a spare's: joining ahead) until the last worker left
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "compute_s": self.compute_s}

@@ -9,10 +9,10 @@ driver a simulated clock and a heap of future events. Side effects: only through
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from coach.domain.contracts import ContractError, NextEpoch, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import ContractError, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, has_quorum
 from coach.domain.invocation import ERROR, UNREACHABLE, Failure, FunctionRef
 from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
@@ -310,17 +310,17 @@ class Driver:
     def _epoch_work(self, job: str, command: cmd.InvokeEpoch) -> Work:
         platform, store, fan_out = self.ports.platform, self.ports.store, self.fan_out
         refs = [self.refs[fid] for fid, _ in command.functions]
+        following = [self.refs[fid] for fid in command.following if fid in self.refs]
         started_s = self.now_s()
 
         def run():
-            meeting = self.rendezvous.meeting(platform, job, refs, command.workers, command.servers)
+            meeting = self.rendezvous.meeting(platform, job, refs, following)
             save = store.prefix(job, command.save_tag)
 
             def request_for(ref: FunctionRef):
                 ps = PsAddress(*meeting.address, command.servers, command.workers, ref.host)
-                following = NextEpoch(meeting.next_id, replace(ps, root_uri=meeting.next_address[0],
-                                                               root_port=meeting.next_address[1]))
-                return command.request(ref.fid, ps, save, meeting.id, following)
+                announced = meeting.next_of(ref)
+                return command.request(ref.fid, ps, save, meeting.id, announced)
 
             together = fan_out.together(platform, refs, request_for, command.timeout_s)
             return epoch_result(together, refs, store)

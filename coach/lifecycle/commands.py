@@ -67,6 +67,9 @@ class InvokeEpoch:
     hyper: Hyper  # training hyper-parameters
     deadline_s: float  # the functions' own deadline
     timeout_s: float  # the driver's HTTP timeout: a little more, so the function's own 504 arrives first
+    # the functions the job's next step most likely runs on (this step's, or the next calibration point's): the
+    # driver announces that step's rendezvous ahead (coach/drivers/rendezvous.py); empty: none is announced
+    following: tuple[FunctionId, ...] = ()
 
     def request(self, fid: FunctionId, ps: PsAddress, checkpoint_save: str, rendezvous_id: str | None = None,
                 following: NextEpoch | None = None) -> EpochRequest:

@@ -95,6 +95,13 @@ def _epoch_share(replies) -> float:
     return min(1.0, sum(r.samples for r in replies) / sum(planned))
 
 
+def _data_size(replies, data_fraction: float) -> int | None:
+    """The samples of a full epoch, as a step planned on `data_fraction` of them tells (its workers' shards together,
+    however much of them it trained); None from replies that do not say their shard."""
+    planned = [r.shard_samples for r in replies]
+    return None if None in planned or not planned else round(sum(planned) / data_fraction)
+
+
 def _finite(value: float | None) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
@@ -178,7 +185,8 @@ class JobLifecycle:
         self._noise = None  # smoothed NoiseStats the workers measured
         self._step_times: tuple[tuple[int, int, float], ...] = ()  # (workers, per-worker batch, step seconds)
         self._train_samples: int | None = None  # samples of a full epoch, once one ran
-        self._data_samples: int | None = None  # the same, estimated from any whole step (a mini-epoch's share)
+        self._data_samples: int | None = None  # the same, as any step told (a mini-epoch's shards / its share)
+        self._trained_share: float | None = None  # share of the data the last step trained (a resumed job: None)
 
     # -- what a driver or policy may read -------------------------------------------------------------------
     @property
@@ -262,11 +270,11 @@ class JobLifecycle:
         workers, servers = self.calibration[number - 1]
         predicted = predicted_cost(self.history.last_cost, self.history.last_counts, (workers, servers),
                                    self._max_price)
-        fraction = calibration_fraction(self.spec.calibration_fraction, workers, self.spec.batch_size,
-                                        self._data_samples)
-        last = self.step
-        if last is not None and not last.epoch and fraction > last.data_fraction:  # more data than the last one
-            predicted *= fraction / last.data_fraction
+        fraction = calibration_fraction(self.spec.calibration_fraction, workers,
+                                        self._batch_for(workers).batch_size, self._data_samples)
+        last = self._trained_share
+        if last and fraction > last:  # more data than the last step trained
+            predicted *= fraction / last
         if self.history.spent + predicted > self.spec.budget:
             return self._finish(now_s, "budget")
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,
@@ -426,9 +434,13 @@ class JobLifecycle:
             return self._finish(now_s, "budget")
         self._money_bound = deadline_s < spec.epoch_timeout_s
         self.awaiting = Awaiting.EPOCH
-        self._batch = batch = choose_batch(spec.batch_scaling, BatchInputs(
-            spec.batch_size, spec.learning_rate, counts[Role.WORKER], self._noise, self._step_times,
-            self._train_samples))
+        self._batch = batch = self._batch_for(counts[Role.WORKER])
+        number = None if step.epoch else step.extra.get("calibration_step")
+        if number is not None and number < len(self.calibration):  # the next point's functions, deployed already
+            workers, servers = self.calibration[number]
+            following = pick_for_epoch(self.deployed, min(workers, self.workers), min(servers, self.servers))
+        else:  # an epoch is most often followed by one at the same counts
+            following = used
         return [cmd.InvokeEpoch(
             functions=tuple((fid, self.bound[fid]) for fid in used), workers=counts[Role.WORKER],
             servers=counts[Role.SERVER], epoch=step.epoch, step=self.history.steps_done + 1, attempt=self.attempt,
@@ -436,7 +448,14 @@ class JobLifecycle:
             model_path=str(spec.model_path),
             hyper=Hyper(batch.batch_size, spec.optimizer, batch.learning_rate, dict(spec.optimizer_params), spec.seed,
                         SCALINGS[spec.batch_scaling].measures_noise),
-            deadline_s=deadline_s, timeout_s=deadline_s + INVOKE_GRACE_S)]
+            deadline_s=deadline_s, timeout_s=deadline_s + INVOKE_GRACE_S, following=following)]
+
+    def _batch_for(self, workers: int) -> BatchChoice:
+        """The per-worker batch and learning rate of a step at `workers` (coach.model.batch_size), from what the
+        job has measured so far."""
+        spec = self.spec
+        return choose_batch(spec.batch_scaling, BatchInputs(spec.batch_size, spec.learning_rate, workers, self._noise,
+                                                          self._step_times, self._train_samples))
 
     def _cost(self, durations_s: Mapping[FunctionId, float]) -> float:
         return epoch_cost({fid.name: d for fid, d in durations_s.items()},
@@ -481,8 +500,8 @@ class JobLifecycle:
         fraction = step.data_fraction * done
         partial = {"data_fraction": fraction, "epoch_fraction": done, "stopped_early": True} if stopped else {}
         batch_fields = self._learn_batch(replies, workers, metrics.samples, metrics.compute_s, fraction)
-        if not stopped:
-            self._data_samples = round(metrics.samples / fraction)
+        self._data_samples = _data_size(replies, step.data_fraction) or self._data_samples
+        self._trained_share = fraction
         phase = "training" if step.epoch else "calibration"
         spent = before.spent + cost
         wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)

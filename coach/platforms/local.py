@@ -82,13 +82,13 @@ class Spawner:
             self._thread.join(timeout=10)
 
 
-def free_port(host: str = "127.0.0.1", avoid: int | None = None) -> int:
-    """A port nothing listens on now (and not `avoid`, which something is about to)."""
+def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
+    """A port nothing listens on now, and none of `avoid` (something is about to)."""
     while True:
         with socket.socket() as sock:
             sock.bind((host, 0))
             port = sock.getsockname()[1]
-        if port != avoid:
+        if port not in avoid:
             return port
 
 
@@ -184,8 +184,8 @@ class LocalPlatform:
         except requests.RequestException:
             pass  # a dead host has nothing left to cancel
 
-    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
-        return scheduler.host, free_port(scheduler.host, avoid_port)
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        return scheduler.host, free_port(scheduler.host, avoid_ports)
 
     def remove(self, ref: FunctionRef) -> None:
         """Kill this instance only: a fresh instance of the same function may already be starting."""

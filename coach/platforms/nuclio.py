@@ -61,6 +61,7 @@ READY, FAILED_STATES = "ready", frozenset({"error", "unhealthy"})
 #: The ps-lite scheduler's port inside its pod. On a cluster every pod has its own IP, so one fixed port serves
 #: every job; on loopback (the fakes: every pod is 127.0.0.1) a fixed port would collide, so a free one is picked.
 PS_PORT = 9091
+PS_PORTS = (PS_PORT, PS_PORT + 1, PS_PORT + 2)  # an epoch's, the next one's, one announced in vain
 
 POLL_S = 0.2  # how often deploy asks the dashboard for a function's state
 BACKOFF_S = 0.2  # first pause between tries of an idempotent request; doubles each time
@@ -403,12 +404,12 @@ class NuclioPlatform:
         if current is None or current == ref.instance:
             self.delete(ref.fid)
 
-    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
-        """The PS scheduler's pod address and PS_PORT (the next one when asked to avoid it); a free port on
-        loopback, where all pods share one IP."""
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        """The PS scheduler's pod address and the first of PS_PORTS not to avoid; a free port on loopback, where
+        all pods share one IP."""
         if is_loopback(scheduler.host):
-            return scheduler.host, free_port(scheduler.host, avoid_port)
-        return scheduler.host, PS_PORT + 1 if avoid_port == PS_PORT else PS_PORT
+            return scheduler.host, free_port(scheduler.host, avoid_ports)
+        return scheduler.host, next(port for port in PS_PORTS if port not in avoid_ports)
 
     def close(self) -> None:
         """Delete every function this platform created (one try each, together), then close the sessions."""

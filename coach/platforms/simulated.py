@@ -132,8 +132,8 @@ class SimulatedPlatform:
         self._live.discard(ref.fid)
         self.removed.append(ref.name)
 
-    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
-        return scheduler.host, 9092 if avoid_port == 9091 else 9091
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        return scheduler.host, next(port for port in (9091, 9092, 9093) if port not in avoid_ports)
 
     def close(self) -> None:
         self._live.clear()

@@ -316,10 +316,15 @@ def test_rendezvous_uses_a_free_port_on_loopback_and_the_fixed_port_on_a_cluster
     host, port = platform.rendezvous_address(loopback)
     assert host == "127.0.0.1" and port != PS_PORT and 0 < port < 65536
     assert platform.rendezvous_address(FunctionRef(SCHEDULER, "n", "u", "10.244.1.7", "i")) == ("10.244.1.7", PS_PORT)
-    # the next epoch's scheduler starts while this one's listens: another port
-    assert platform.rendezvous_address(loopback, avoid_port=port)[1] != port
-    assert platform.rendezvous_address(FunctionRef(SCHEDULER, "n", "u", "10.244.1.7", "i"), avoid_port=PS_PORT) == \
-        ("10.244.1.7", PS_PORT + 1)
+    # the next epoch's scheduler starts while this one's listens, and one announced in vain listens until its
+    # host's next request: other ports
+    assert platform.rendezvous_address(loopback, avoid_ports=frozenset({port}))[1] != port
+    pod = FunctionRef(SCHEDULER, "n", "u", "10.244.1.7", "i")
+    assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT})) == ("10.244.1.7", PS_PORT + 1)
+    assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT, PS_PORT + 1})) == \
+        ("10.244.1.7", PS_PORT + 2)
+    assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT + 2, PS_PORT + 1})) == \
+        ("10.244.1.7", PS_PORT)
 
 
 def test_pod_address_comes_from_the_pod(make_platform, core, kubeconfig):

@@ -114,10 +114,14 @@ NEXT = {"id": "b2", "ps": {**PS.to_dict(), "root_port": 9092}}
     ("next", {**NEXT, "ps": {**PS.to_dict(), "num_workers": 0}}, "next.ps.num_workers: must be >= 1, got 0"),
     ("next", {**NEXT, "ps": PS.to_dict()},
      "next.ps.root_port: must differ from ps.root_port (9091): both schedulers listen at once"),
-], ids=["id-int", "id-empty", "not-object", "no-id", "unknown", "port-0", "no-workers", "same-address"])
+    ("next", {**NEXT, "ps": {**NEXT["ps"], "node_host": "10.0.0.8"}},
+     "next.ps.node_host: must equal ps.node_host ('10.0.0.7'), got '10.0.0.8'"),
+    ("next", {**NEXT, "id": "a1"}, "next.id: must differ from rendezvous_id ('a1')"),
+], ids=["id-int", "id-empty", "not-object", "no-id", "unknown", "port-0", "no-workers", "same-address",
+        "other-node", "same-id"])
 def test_a_malformed_announcement_names_its_field(field, value, message):
     with pytest.raises(ContractError) as caught:
-        EpochRequest.from_dict({**REQUEST.to_dict(), field: value})
+        EpochRequest.from_dict({**REQUEST.to_dict(), "rendezvous_id": "a1", field: value})
 
     assert (str(caught.value), caught.value.field) == (message, message.split(": ", 1)[0])
 
@@ -559,6 +563,51 @@ def test_a_spare_that_joined_the_requests_rendezvous_but_is_stale_fails_the_epoc
     assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
     assert spared.children == set()  # nothing was forked for it
     wait_for(lambda: not _exists(joined), what="the stale spare gone and reaped")
+
+
+def test_a_spare_that_joined_the_requests_rendezvous_and_died_fails_the_epoch_at_once(spared, monkeypatch):
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with spared.lock:
+        spared.ahead = ("server", AHEAD)
+    runtime.want_spare(spared)
+    dead = spare_of(spared)
+    os.kill(dead, 9)
+    wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT), what="the spare's end")
+
+    status, reply = runtime.run_epoch(spared, announced())
+
+    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    assert spared.children == set()
+
+
+def test_a_stale_spare_that_joined_is_replaced_by_one_that_joins_nothing_and_its_epoch_fails_at_once(
+        spared, monkeypatch):
+    """ps-lite takes one node per function: the keeper never joins one announcement twice."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with spared.lock:
+        spared.ahead = ("server", AHEAD)
+    runtime.want_spare(spared)
+    joined = spare_of(spared)
+    with spared.lock:
+        spared.generation += 1  # a warm request loaded a model: the keeper replaces its spare
+    runtime.want_spare(spared)
+    replacement = spare_of(spared, not_pid=joined)
+
+    assert spared.spare.joined is None and spared.joined_id == AHEAD.id
+    status, reply = runtime.run_epoch(spared, announced())
+    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    wait_for(lambda: not _exists(joined) and not _exists(replacement), what="both spares gone and reaped")
+
+
+def test_an_announced_epoch_this_host_never_joined_runs_in_a_child_that_joins_it_now(spared, monkeypatch):
+    """The keeper had not forked for the announcement yet: the rendezvous waits for this node, so it may join."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    runtime.want_spare(spared)
+    plain = spare_of(spared)
+
+    status, reply = runtime.run_epoch(spared, announced())
+
+    assert (status, reply["pid"], "joined" in reply) == (200, plain, False)
 
 
 def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passed(tmp_path):

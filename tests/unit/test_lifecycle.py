@@ -73,12 +73,13 @@ def ckpt(tag: str) -> str:
 
 
 def invoke(ids, *, epoch: int, step: int, tag: str, load: str | None, attempt: int = 1,
-           fraction: float = 1.0, deadline: float = 600.0) -> InvokeEpoch:
+           fraction: float = 1.0, deadline: float = 600.0, following=None) -> InvokeEpoch:
+    """The call of a step on `ids`, expecting the next step on `following` (default: the same functions)."""
     counts = {role: sum(1 for fid in ids if fid.role is role) for role in Role}
     return InvokeEpoch(functions=placed(ids), workers=counts[Role.WORKER], servers=counts[Role.SERVER],
                        epoch=epoch, step=step, attempt=attempt, data_fraction=fraction, save_tag=tag,
                        checkpoint_load=load, model_path=MODEL, hyper=HYPER, deadline_s=deadline,
-                       timeout_s=deadline + 15.0)
+                       timeout_s=deadline + 15.0, following=tuple(ids if following is None else following))
 
 
 def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0, hold: float = 10.0,
@@ -87,7 +88,7 @@ def epoch_done(call: InvokeEpoch, now: float, loss: float, *, wall: float = 10.0
     workers = [fid for fid, _ in call.functions if fid.role is Role.WORKER]
     saved = ckpt(call.save_tag) if checkpoint == "saved" else checkpoint
     replies = {fid: WorkerReply(rank=i, num_workers=len(workers), loss_sum=loss * samples, samples=samples,
-                                correct=samples // 2,
+                                correct=samples // 2, shard_samples=samples,
                                 compute_s=8.0 if i == 0 else 7.5, checkpoint_saved=saved if i == 0 else None)
                for i, fid in enumerate(workers)}
     return EpochDone(now_s=now, started_s=now - wall, wall_s=wall, replies=replies,
@@ -257,8 +258,10 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3, 3: COST_12 * 4 / 4, 4: COST_21 * 5 / 4}
     cumulative = 0.0
     for step in (1, 2, 3, 4):
+        # each step expects the next point's functions; the last one, its own
         call = invoke(used[step], epoch=0, step=step, tag=f"calibration-{step}",
-                      load=None if step == 1 else ckpt(f"calibration-{step - 1}"), fraction=0.125)
+                      load=None if step == 1 else ckpt(f"calibration-{step - 1}"), fraction=0.125,
+                      following=used[min(step + 1, 4)])
         assert out[-1] == call
         now = T0 + 100 * step
         out = d.send(epoch_done(call, now, 4.0 - step))
@@ -319,6 +322,37 @@ def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_
     assert out[-1] == AskPolicy()
     # the speed model scales each mini-epoch by the share it trained
     assert [o.workers for o in d.lc.history.observations] == [1, 1, 2, 2]
+
+
+def test_the_calibration_floor_counts_the_batch_an_adaptive_job_will_train_at():
+    """The noise the first mini-epoch measured grows the batch of the next ones: the floor is in those batches."""
+    d = Driver(dynamic_spec(calibration_fraction=0.125, batch_scaling="adaptive"), calibration=CALIBRATION)
+    d.send(Start(T0))
+    d.bind_all(T0 + 1)
+    out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
+    batches = []
+    for step in (1, 2, 3, 4):
+        call = out[-1]
+        batch, per_worker = call.hyper.batch_size, int(4096 * call.data_fraction) // call.workers
+        batches.append(batch)
+        assert call.data_fraction == 0.125 if step == 1 else \
+            per_worker >= CALIBRATION_MIN_STEPS * batch or call.data_fraction == 1.0
+        done = epoch_done(call, T0 + 100 * step, 1.0, samples=per_worker)
+        out = d.send(replace(done, replies={fid: replace(r, grad_var=6400.0, grad_sqr=1.0, noise_steps=2)
+                                            for fid, r in done.replies.items()}))
+    assert max(batches) > 32  # the batch did grow
+
+
+def test_a_mini_epoch_cut_at_its_deadline_still_tells_the_datas_size():
+    d = Driver(dynamic_spec(calibration_fraction=0.125), calibration=CALIBRATION)
+    d.send(Start(T0))
+    d.bind_all(T0 + 1)
+    call = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)[-1]
+    done = epoch_done(call, T0 + 100, 1.0, samples=40)  # 40 of its 64: stopped early
+    d.send(replace(done, replies={fid: replace(r, shard_samples=64, stopped_early=True)
+                                  for fid, r in done.replies.items()}))
+
+    assert d.lc._data_samples == 512 and d.lc._trained_share == pytest.approx(0.125 * 40 / 64)
 
 
 def test_the_calibration_floor_raises_the_share_up_to_all_the_data_and_never_lowers_it():
@@ -627,7 +661,7 @@ def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overs
         assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
                        invoke((SCHED, S0, S1, W0), epoch=0, step=2, tag="calibration-2",
                               load=ckpt("calibration-1"), fraction=0.25,
-                              deadline=(budget - 12.5) / 1.75 * 0.9 - 0.5)]  # 1.75 per second: money ends first
+                              deadline=(budget - 12.5) / 1.75 * 0.9 - 0.5, following=(SCHED, S0, W0, W1))]  # 1.75 per second: money ends first
 
 
 def test_a_calibration_step_that_spends_the_budget_stops_with_budget():
@@ -932,7 +966,7 @@ def test_a_dynamic_job_resumed_from_a_checkpoint_calibrates_again_from_it_before
     assert out[1:] == [Submit(F22), WatchPlacement(T0 + 30)]
     out = d.deployed(d.bind_all(T0 + 1)[0], T0 + 2)
     assert out == [invoke((SCHED, S0, W0), epoch=0, step=3, tag="calibration-1", load=ckpt("epoch-0002"),
-                          fraction=0.25)]
+                          fraction=0.25, following=F22)]
     out = d.send(epoch_done(out[0], T0 + 12, 1.0))
     out = d.send(epoch_done(out[-1], T0 + 22, 0.9))
     assert out[-1] == AskPolicy() and d.lc.history.epochs_done == 2

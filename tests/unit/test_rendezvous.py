@@ -17,10 +17,17 @@ class Ports:
         self.counter = itertools.count(9000)
         self.asked: list[int | None] = []
 
-    def rendezvous_address(self, scheduler: FunctionRef, avoid_port: int | None = None) -> tuple[str, int]:
-        self.asked.append(avoid_port)
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        self.asked.append(set(avoid_ports))
         port = next(self.counter)
-        return scheduler.host, next(self.counter) if port == avoid_port else port
+        return scheduler.host, next(self.counter) if port in avoid_ports else port
+
+
+class PodPorts:
+    """A cluster's rendezvous_address: the scheduler pod's three ports (coach/platforms/nuclio.py's PS_PORTS)."""
+
+    def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
+        return scheduler.host, next(port for port in (9091, 9092, 9093) if port not in avoid_ports)
 
 
 def refs(job: str, workers: int, servers: int, instance: str = "a") -> list[FunctionRef]:
@@ -29,42 +36,80 @@ def refs(job: str, workers: int, servers: int, instance: str = "a") -> list[Func
     return [FunctionRef(fid, "node", f"http://{fid.name}", "10.0.0.1", instance) for fid in ids]
 
 
-def test_the_next_epoch_at_the_same_functions_and_counts_meets_where_and_as_it_was_announced():
+def same(job: str, workers: int, servers: int, instance: str = "a") -> tuple[list, list]:
+    """An epoch on these functions, expecting the next one on them too."""
+    functions = refs(job, workers, servers, instance)
+    return functions, functions
+
+
+def test_the_next_epoch_on_the_expected_functions_meets_where_and_as_it_was_announced():
     platform, rendezvous = Ports(), Rendezvous()
 
-    first = rendezvous.meeting(platform, "lenet", refs("lenet", 2, 1), 2, 1)
-    second = rendezvous.meeting(platform, "lenet", refs("lenet", 2, 1), 2, 1)
+    first = rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
+    second = rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
 
     assert (first.address, first.id, first.next_address) == (("10.0.0.1", 9000), None, ("10.0.0.1", 9001))
     assert (second.address, second.id, second.next_address) == (("10.0.0.1", 9001), first.next_id,
                                                                  ("10.0.0.1", 9002))
     assert first.next_id != second.next_id  # every announcement has its own id
-    assert platform.asked == [None, 9000, 9001]  # the next one is never this one's port
+    assert platform.asked == [set(), {9000}, {9001}]  # the next one is never this one's port
 
 
-def test_other_functions_or_counts_meet_at_a_fresh_address():
+def test_a_calibration_step_announces_the_next_points_functions_with_its_counts_and_only_to_them():
     platform, rendezvous = Ports(), Rendezvous()
-    rendezvous.meeting(platform, "lenet", refs("lenet", 2, 1), 2, 1)
+    now, expected = refs("lenet", 1, 2), refs("lenet", 2, 1)  # (1,2) now, (2,1) next
 
-    def met(job, functions, workers, servers):
-        meeting = rendezvous.meeting(platform, job, functions, workers, servers)
+    meeting = rendezvous.meeting(platform, "lenet", now, expected)
+
+    scheduler, server0, server1, worker0 = now
+    announced = meeting.next_of(worker0)
+    assert (announced.id, announced.ps.root_port) == (meeting.next_id, 9001)
+    assert (announced.ps.num_workers, announced.ps.num_servers, announced.ps.node_host) == (2, 1, "10.0.0.1")
+    assert meeting.next_of(server1) is None  # not in the next step
+    assert rendezvous.meeting(platform, "lenet", expected, expected).id == meeting.next_id
+
+
+def test_other_functions_meet_at_a_fresh_address_and_nothing_expected_announces_nothing():
+    platform, rendezvous = Ports(), Rendezvous()
+    rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
+
+    def met(job, functions, following):
+        meeting = rendezvous.meeting(platform, job, functions, following)
         return meeting.address, meeting.id is None
 
-    assert met("lenet", refs("lenet", 1, 1), 1, 1) == (("10.0.0.1", 9002), True)  # chosen now: no id
-    assert met("lenet", refs("lenet", 1, 1, instance="b"), 1, 1) == (("10.0.0.1", 9004), True)  # another function
-    assert met("resnet", refs("resnet", 1, 1), 1, 1) == (("10.0.0.1", 9006), True)  # another job's is its own
-    assert met("lenet", refs("lenet", 1, 1, instance="b"), 1, 1) == (("10.0.0.1", 9005), False)
+    assert met("lenet", *same("lenet", 1, 1)) == (("10.0.0.1", 9002), True)  # chosen now: no id
+    assert met("lenet", *same("lenet", 1, 1, instance="b")) == (("10.0.0.1", 9004), True)  # another function
+    assert met("resnet", *same("resnet", 1, 1)) == (("10.0.0.1", 9006), True)  # another job's is its own
+    assert met("lenet", *same("lenet", 1, 1, instance="b")) == (("10.0.0.1", 9005), False)
+    functions = refs("lenet", 1, 1, instance="b")
+    silent = rendezvous.meeting(platform, "lenet", functions, [])
+    assert silent.next_address is None and silent.next_of(functions[0]) is None
+    assert rendezvous.meeting(platform, "lenet", *same("lenet", 1, 1, instance="b")).id is None
 
 
 def test_a_finished_job_keeps_no_address_ahead():
     platform, rendezvous = Ports(), Rendezvous()
-    rendezvous.meeting(platform, "lenet", refs("lenet", 2, 1), 2, 1)
+    rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
     rendezvous.forget("lenet")
 
-    meeting = rendezvous.meeting(platform, "lenet", refs("lenet", 2, 1), 2, 1)
+    meeting = rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
     assert (meeting.address, meeting.id) == (("10.0.0.1", 9002), None)
 
 
-def test_a_free_port_is_never_the_one_to_avoid():
-    taken = free_port()
-    assert all(free_port(avoid=taken) != taken for _ in range(50))
+def test_a_free_port_is_never_one_to_avoid():
+    taken = frozenset({free_port(), free_port()})
+    assert all(free_port(avoid=taken) not in taken for _ in range(50))
+
+
+def test_on_a_pod_no_epoch_meets_where_an_announcement_that_did_not_come_true_may_still_listen():
+    platform, rendezvous = PodPorts(), Rendezvous()
+    two, one = refs("lenet", 2, 1), refs("lenet", 1, 1)
+
+    first = rendezvous.meeting(platform, "lenet", two, two)
+    second = rendezvous.meeting(platform, "lenet", two, two)
+    third = rendezvous.meeting(platform, "lenet", one, one)  # second's announcement (9091) never comes true
+    fourth = rendezvous.meeting(platform, "lenet", one, one)
+
+    assert [m.address[1] for m in (first, second, third, fourth)] == [9091, 9092, 9092, 9093]
+    assert [m.next_address[1] for m in (first, second, third, fourth)] == [9092, 9091, 9093, 9091]
+    assert (third.id, fourth.id) == (None, third.next_id)
