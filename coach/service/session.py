@@ -22,7 +22,7 @@ from coach.app.run import (LoadedRun, ResumeError, RunConfig, RunFolderError, ch
                            first_event, live_ports, load_run, manifest_dict, new_lifecycle, summary_extra)
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
-from coach.domain.records import JobOutcome, iso, summary_dict
+from coach.domain.records import JobOutcome, summary_dict
 from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver

@@ -489,6 +489,23 @@ def announced(**changes) -> EpochRequest:
     return replace(REQUEST, **{"role": "server", "ps": AHEAD.ps, "rendezvous_id": AHEAD.id, **changes})
 
 
+LOST = "joined this epoch's rendezvous ahead cannot run it"  # the 500 of an epoch whose joined node is lost
+
+
+def joined_spare(host: runtime.HostState, monkeypatch) -> int:
+    """The pid of a spare that joined AHEAD (through Joined, without ps-lite)."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    with host.lock:
+        host.ahead = ("server", AHEAD)
+    runtime.want_spare(host)
+    return spare_of(host)
+
+
+def ended(pid: int) -> None:
+    """Wait until the child ended (not reaped: a zombie can show before waitpid reports it)."""
+    wait_for(lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT), what="the spare's end")
+
+
 def test_a_request_naming_the_next_rendezvous_has_the_next_spare_join_it_and_that_epoch_run_there(
         spared, monkeypatch):
     monkeypatch.setattr(runtime, "join_ahead", Joined)
@@ -507,11 +524,7 @@ def test_a_request_naming_the_next_rendezvous_has_the_next_spare_join_it_and_tha
 
 
 def test_a_spare_that_joined_another_rendezvous_is_dropped_and_the_epoch_forks_as_usual(spared, monkeypatch):
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    with spared.lock:
-        spared.ahead = ("server", AHEAD)
-    runtime.want_spare(spared)
-    elsewhere = spare_of(spared)
+    elsewhere = joined_spare(spared, monkeypatch)
 
     status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))  # at PS, not at AHEAD
 
@@ -523,11 +536,7 @@ def test_an_epoch_given_the_address_of_an_announcement_that_never_came_true_does
         spared, monkeypatch):
     """The address came back (a reused port, the scheduler pod's other port) for an epoch chosen now: the spare's
     peers of that announcement are gone, so running in it would hang."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    with spared.lock:
-        spared.ahead = ("server", AHEAD)
-    runtime.want_spare(spared)
-    stale = spare_of(spared)
+    stale = joined_spare(spared, monkeypatch)
 
     status, reply = runtime.run_epoch(spared, announced(rendezvous_id=None))
 
@@ -539,8 +548,7 @@ def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
     runtime.want_spare(spared)
     dead = spare_of(spared)
     os.kill(dead, 9)
-    # ended, not reaped yet (a zombie can show before every thread is gone and waitpid reports it)
-    wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT), what="the spare's end")
+    ended(dead)
 
     status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
 
@@ -550,44 +558,32 @@ def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
 
 def test_a_spare_that_joined_the_requests_rendezvous_but_is_stale_fails_the_epoch_at_once(spared, monkeypatch):
     """Its peers may have met it already and ps-lite takes no other node in its place: a fresh child would hang."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    with spared.lock:
-        spared.ahead = ("server", AHEAD)
-    runtime.want_spare(spared)
-    joined = spare_of(spared)
+    joined = joined_spare(spared, monkeypatch)
     with spared.lock:
         spared.generation += 1  # the model file changed since it was forked
 
     status, reply = runtime.run_epoch(spared, announced())
 
-    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    assert status == 500 and LOST in reply["error"]
     assert spared.children == set()  # nothing was forked for it
     wait_for(lambda: not _exists(joined), what="the stale spare gone and reaped")
 
 
 def test_a_spare_that_joined_the_requests_rendezvous_and_died_fails_the_epoch_at_once(spared, monkeypatch):
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    with spared.lock:
-        spared.ahead = ("server", AHEAD)
-    runtime.want_spare(spared)
-    dead = spare_of(spared)
+    dead = joined_spare(spared, monkeypatch)
     os.kill(dead, 9)
-    wait_for(lambda: os.waitid(os.P_PID, dead, os.WEXITED | os.WNOHANG | os.WNOWAIT), what="the spare's end")
+    ended(dead)
 
     status, reply = runtime.run_epoch(spared, announced())
 
-    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    assert status == 500 and LOST in reply["error"]
     assert spared.children == set()
 
 
 def test_a_stale_spare_that_joined_is_replaced_by_one_that_joins_nothing_and_its_epoch_fails_at_once(
         spared, monkeypatch):
     """ps-lite takes one node per function: the keeper never joins one announcement twice."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    with spared.lock:
-        spared.ahead = ("server", AHEAD)
-    runtime.want_spare(spared)
-    joined = spare_of(spared)
+    joined = joined_spare(spared, monkeypatch)
     with spared.lock:
         spared.generation += 1  # a warm request loaded a model: the keeper replaces its spare
     runtime.want_spare(spared)
@@ -595,7 +591,7 @@ def test_a_stale_spare_that_joined_is_replaced_by_one_that_joins_nothing_and_its
 
     assert spared.spare.joined is None and spared.joined_id == AHEAD.id
     status, reply = runtime.run_epoch(spared, announced())
-    assert status == 500 and "joined this epoch's rendezvous ahead cannot run it" in reply["error"]
+    assert status == 500 and LOST in reply["error"]
     wait_for(lambda: not _exists(joined) and not _exists(replacement), what="both spares gone and reaped")
 
 

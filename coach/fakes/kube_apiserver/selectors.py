@@ -91,7 +91,7 @@ def _parse_requirement(term: str) -> Requirement:
         return Requirement(_check_key(stripped[1:].strip(), term), "!", frozenset())
     if stripped:
         return Requirement(_check_key(stripped, term), "exists", frozenset())
-    raise bad_request(f"unable to parse requirement: empty term in label selector")
+    raise bad_request("unable to parse requirement: empty term in label selector")
 
 
 @dataclass(frozen=True)
