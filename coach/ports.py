@@ -79,6 +79,11 @@ class Platform(Protocol):
         """Delete the function; its slot is the Placement's to release."""
         ...
 
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        """Whether the job's next step may be announced so that its nodes join while this one runs: only when each
+        function is one host process, which then holds its one ps-lite node (coach/drivers/rendezvous.py)."""
+        ...
+
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         """Where the job's ps-lite scheduler will listen for an epoch; not at `avoid_ports` (at most two), where an
         epoch's may listen meanwhile (the next epoch's rendezvous is announced while this one runs, and an

@@ -383,14 +383,19 @@ def _keep_spare(host: HostState) -> None:
                 needed, generation, ahead = host.spare is None, host.generation, host.ahead
                 if not needed or (ahead is not None and ahead[1].id == host.joined_id):
                     ahead = None  # joined already, by a spare now stale: its epoch will be answered 500
-                if ahead is not None:
-                    host.joined_id = ahead[1].id
             if stale is not None:
                 _drop(stale)
-            if needed:
+            if not needed:
+                continue
+            try:
                 spare = _fork_spare(host, generation, ahead)
-                with host.lock:
-                    host.spare = spare  # none was stored meanwhile: only the keeper stores, epochs wait for it
+            except OSError as error:  # no pipe or no fork now: epochs fork their own, the next want tries again
+                log_failure("the spare child could not be forked:", error)
+                continue
+            with host.lock:
+                host.spare = spare  # none was stored meanwhile: only the keeper stores, epochs wait for it
+                if ahead is not None:
+                    host.joined_id = ahead[1].id
 
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:

@@ -7,7 +7,8 @@ lifecycle expects (`InvokeEpoch.following`: this step's, or the next calibration
 step, when it does run on those functions, meets there already joined; its requests carry the id
 (`rendezvous_id`). Any other step meets at an address chosen then, without an id; each host drops a spare that
 joined ahead when its next request is not for that announcement (a function left out keeps it until then).
-Nothing of an epoch goes with it.
+Nothing of an epoch goes with it. Only where the platform says each function is one host process
+(`Platform.joins_ahead`): two processes of one function could each join the same announcement.
 
 Why an id: an address comes back. Ports are reused, and on a cluster the scheduler's pod has three, so a function
 may still hold a spare that joined an announcement which never came true, at the very address a later epoch is
@@ -72,7 +73,7 @@ class Rendezvous:
             address, announced = platform.rendezvous_address(scheduler, frozenset(busy)), None
         next_scheduler = next((ref for ref in following if ref.fid.role == Role.SCHEDULER), None)
         next_id = uuid.uuid4().hex
-        if next_scheduler is None:
+        if next_scheduler is None or not platform.joins_ahead(next_scheduler):
             return Meeting(address, announced, frozenset(), None, next_id)
         next_address = platform.rendezvous_address(next_scheduler, frozenset(busy | {address[1]}))
         with self._lock:

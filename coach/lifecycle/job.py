@@ -37,7 +37,8 @@ from typing import Mapping
 
 from coach.domain.cluster import ClusterSpec
 from coach.domain.contracts import Hyper
-from coach.domain.identity import FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts
+from coach.domain.identity import (FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts,
+                                   slots_for)
 from coach.domain.deadlines import STOP_RESERVE_S
 from coach.domain.invocation import TIMEOUT, Failure
 from coach.domain.jobs import JobSpec
@@ -270,11 +271,13 @@ class JobLifecycle:
         workers, servers = self.calibration[number - 1]
         predicted = predicted_cost(self.history.last_cost, self.history.last_counts, (workers, servers),
                                    self._max_price)
-        fraction = calibration_fraction(self.spec.calibration_fraction, workers,
-                                        self._batch_for(workers).batch_size, self._data_samples)
+        running = min(workers, self.workers) if self.workers else workers  # it runs with at most those deployed
+        fraction = calibration_fraction(self.spec.calibration_fraction, running,
+                                        self._batch_for(running).batch_size, self._data_samples)
         last = self._trained_share
-        if last and fraction > last:  # more data than the last step trained
-            predicted *= fraction / last
+        if last and fraction > last:  # more data than the last step trained; never more than its timeout's worth
+            predicted = min(predicted * fraction / last,
+                            slots_for(workers, servers) * self._max_price * self.spec.epoch_timeout_s)
         if self.history.spent + predicted > self.spec.budget:
             return self._finish(now_s, "budget")
         self.step = Step(0, f"calibration-{number}", workers, servers, fraction,

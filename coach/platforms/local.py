@@ -184,6 +184,9 @@ class LocalPlatform:
         except requests.RequestException:
             pass  # a dead host has nothing left to cancel
 
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        return True  # one host process per function
+
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         return scheduler.host, free_port(scheduler.host, avoid_ports)
 

@@ -404,6 +404,13 @@ class NuclioPlatform:
         if current is None or current == ref.instance:
             self.delete(ref.fid)
 
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        """On loopback, where Coach's fakes run each function as one host process. Not on a cluster: Nuclio's
+        Python runtime runs one wrapper process per worker of the trigger (functions/*/function.yaml has two, so
+        that a cancel reaches a function while its epoch runs), each a host of its own, and consecutive events
+        may go to different workers: a step announced to one could find its node joined by the other."""
+        return is_loopback(scheduler.host)
+
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         """The PS scheduler's pod address and the first of PS_PORTS not to avoid; a free port on loopback, where
         all pods share one IP."""

@@ -132,6 +132,9 @@ class SimulatedPlatform:
         self._live.discard(ref.fid)
         self.removed.append(ref.name)
 
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        return True  # nothing joins: the announcement only travels in the requests
+
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         return scheduler.host, next(port for port in (9091, 9092, 9093) if port not in avoid_ports)
 

@@ -320,6 +320,8 @@ def test_rendezvous_uses_a_free_port_on_loopback_and_the_fixed_port_on_a_cluster
     # host's next request: other ports
     assert platform.rendezvous_address(loopback, avoid_ports=frozenset({port}))[1] != port
     pod = FunctionRef(SCHEDULER, "n", "u", "10.244.1.7", "i")
+    # a pod's function runs a wrapper process per trigger worker: no node may join ahead there; the fakes' may
+    assert (platform.joins_ahead(loopback), platform.joins_ahead(pod)) == (True, False)
     assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT})) == ("10.244.1.7", PS_PORT + 1)
     assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT, PS_PORT + 1})) == \
         ("10.244.1.7", PS_PORT + 2)

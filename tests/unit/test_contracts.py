@@ -423,7 +423,7 @@ def spared(monkeypatch):
     monkeypatch.setattr(runtime, "run_ps_node", lambda request: {"pid": os.getpid(), "job": request.job})
     host = runtime.HostState()
     yield host
-    with host.lock:
+    with host.keeping, host.lock:  # not while the keeper forks one more
         spare, host.spare = host.spare, None
     if spare is not None:
         os.kill(spare.pid, 9)

@@ -355,6 +355,21 @@ def test_a_mini_epoch_cut_at_its_deadline_still_tells_the_datas_size():
     assert d.lc._data_samples == 512 and d.lc._trained_share == pytest.approx(0.125 * 40 / 64)
 
 
+def test_a_mini_epoch_after_one_cut_short_is_predicted_at_most_its_timeouts_worth():
+    d = Driver(dynamic_spec(calibration_fraction=0.125, epoch_timeout_s=20.0), calibration=CALIBRATION)
+    d.send(Start(T0))
+    d.bind_all(T0 + 1)
+    call = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)[-1]
+    done = epoch_done(call, T0 + 100, 1.0, samples=1)  # 1 of its 64 samples: a 128th of the data
+    out = d.send(replace(done, replies={fid: replace(r, shard_samples=64, stopped_early=True)
+                                        for fid, r in done.replies.items()}))
+
+    # scaled from the share trained it would be 12.5 x 4/3 x 0.25 / (0.125 / 64) = 2133: but 4 slots at 0.5 for
+    # its 20 s timeout cost 40 at most
+    assert out[-1].data_fraction == 0.25 and out[-1].step == 2
+    assert d.lc.step.extra["predicted_cost"] == 40.0
+
+
 def test_the_calibration_floor_raises_the_share_up_to_all_the_data_and_never_lowers_it():
     assert calibration_fraction(0.25, 2, 128, None) == 0.25  # size not known yet
     assert calibration_fraction(0.25, 2, 128, 4000) == 0.256  # 4 * 128 * 2 / 4000

@@ -11,11 +11,15 @@ from coach.platforms.local import free_port
 
 
 class Ports:
-    """A platform's rendezvous_address: ports counted up from 9000, never the one to avoid."""
+    """A platform's rendezvous_address: ports counted up from 9000, never one to avoid."""
 
-    def __init__(self):
+    def __init__(self, joins_ahead: bool = True):
         self.counter = itertools.count(9000)
-        self.asked: list[int | None] = []
+        self.asked: list[set[int]] = []
+        self.joins = joins_ahead
+
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        return self.joins
 
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         self.asked.append(set(avoid_ports))
@@ -25,6 +29,9 @@ class Ports:
 
 class PodPorts:
     """A cluster's rendezvous_address: the scheduler pod's three ports (coach/platforms/nuclio.py's PS_PORTS)."""
+
+    def joins_ahead(self, scheduler: FunctionRef) -> bool:
+        return True
 
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         return scheduler.host, next(port for port in (9091, 9092, 9093) if port not in avoid_ports)
@@ -113,3 +120,13 @@ def test_on_a_pod_no_epoch_meets_where_an_announcement_that_did_not_come_true_ma
     assert [m.address[1] for m in (first, second, third, fourth)] == [9091, 9092, 9092, 9093]
     assert [m.next_address[1] for m in (first, second, third, fourth)] == [9092, 9091, 9093, 9091]
     assert (third.id, fourth.id) == (None, third.next_id)
+
+
+def test_a_platform_whose_functions_are_not_one_process_each_is_announced_nothing():
+    platform, rendezvous = Ports(joins_ahead=False), Rendezvous()
+
+    first = rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
+    second = rendezvous.meeting(platform, "lenet", *same("lenet", 2, 1))
+
+    assert first.next_address is None and first.next_of(refs("lenet", 2, 1)[0]) is None
+    assert (second.address, second.id) == (("10.0.0.1", 9001), None)  # chosen then, every time
