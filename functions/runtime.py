@@ -358,7 +358,7 @@ def join_ahead(role: str, ps: PsAddress) -> "KvstoreJoin | PsNode":
     """Start this role's ps-lite node at `ps` now, before any request for it: a worker joins (its kvstore), a
     scheduler or server starts serving; either waits in the rendezvous until every node of it has come."""
     os.environ.update(ps_environment(role, ps))
-    return (KvstoreJoin if role == "worker" else PsNode)(ps).start()
+    return (KvstoreJoin(ps) if role == "worker" else PsNode(role, ps)).start()
 
 
 def want_spare(host: HostState) -> None:
@@ -627,8 +627,8 @@ class PsNode:
     """A scheduler or server that a spare started ahead (`join_ahead`): it serves in a thread while the spare waits
     for its request, whose reply waits for the serving to end."""
 
-    def __init__(self, ps: PsAddress):
-        self._role = os.environ["DMLC_ROLE"]
+    def __init__(self, role: str, ps: PsAddress):
+        self._role = role
         self._ps = ps
         self._reply: dict | None = None
         self._error: BaseException | None = None

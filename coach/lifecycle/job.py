@@ -88,19 +88,24 @@ def _finite_or_none(value):
     return value
 
 
+def _planned_samples(replies) -> int | None:
+    """The samples of the workers' shards together: what the step was to train; None from a reply of a version that
+    does not say its shard (one that never stopped early)."""
+    planned = [r.shard_samples for r in replies]
+    return None if None in planned or not planned else sum(planned)
+
+
 def _epoch_share(replies) -> float:
     """The share of their shards the workers trained before their deadline stopped them (all stop at one step)."""
-    planned = [r.shard_samples for r in replies]
-    if None in planned:  # a reply of a version that never stopped early
-        return 1.0
-    return min(1.0, sum(r.samples for r in replies) / sum(planned))
+    planned = _planned_samples(replies)
+    return 1.0 if planned is None else min(1.0, sum(r.samples for r in replies) / planned)
 
 
 def _data_size(replies, data_fraction: float) -> int | None:
-    """The samples of a full epoch, as a step planned on `data_fraction` of them tells (its workers' shards together,
-    however much of them it trained); None from replies that do not say their shard."""
-    planned = [r.shard_samples for r in replies]
-    return None if None in planned or not planned else round(sum(planned) / data_fraction)
+    """The samples of a full epoch, as a step planned on `data_fraction` of them tells, however much of its shards
+    it trained."""
+    planned = _planned_samples(replies)
+    return None if planned is None else round(planned / data_fraction)
 
 
 def _finite(value: float | None) -> bool:
@@ -419,9 +424,10 @@ class JobLifecycle:
             self._show("calibration", f"running step {number}/{len(self.calibration)} at {step.workers}/"
                                       f"{step.servers}{suffix}")
 
-    def _epoch_functions(self) -> tuple[FunctionId, ...]:
-        step = self.step
-        return pick_for_epoch(self.deployed, min(step.workers, self.workers), min(step.servers, self.servers))
+    def _epoch_functions(self, counts: tuple[int, int] | None = None) -> tuple[FunctionId, ...]:
+        """The deployed functions a step at `counts` (default: the running step's) runs on: at most those deployed."""
+        workers, servers = (self.step.workers, self.step.servers) if counts is None else counts
+        return pick_for_epoch(self.deployed, min(workers, self.workers), min(servers, self.servers))
 
     def _invoke(self, now_s: float) -> list[cmd.Command]:
         spec, step = self.spec, self.step
@@ -440,8 +446,7 @@ class JobLifecycle:
         self._batch = batch = self._batch_for(counts[Role.WORKER])
         number = None if step.epoch else step.extra.get("calibration_step")
         if number is not None and number < len(self.calibration):  # the next point's functions, deployed already
-            workers, servers = self.calibration[number]
-            following = pick_for_epoch(self.deployed, min(workers, self.workers), min(servers, self.servers))
+            following = self._epoch_functions(self.calibration[number])
         else:  # an epoch is most often followed by one at the same counts
             following = used
         return [cmd.InvokeEpoch(
