@@ -32,7 +32,7 @@ class JobSpec:
     max_servers: int | None
     seed: int                   # default 0
     epoch_timeout_s: float      # deadline of one epoch invocation, default 600
-    calibration_fraction: float = 0.25  # share of the training data each of the 4 calibration mini-epochs uses
+    calibration_fraction: float = 0.25  # share of the training data each calibration mini-epoch uses (about)
     max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
     batch_scaling: str = "fixed"  # how the global batch follows the workers: a key of coach.model.batch_size.SCALINGS
 

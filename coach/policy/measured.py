@@ -1,6 +1,6 @@
 """Measured beats predicted: the speed a job's policy uses where the job has run full epochs. Pure.
 
-Why it exists: the fit extrapolates from four calibration mini-epochs and can be wrong by 15-20% (on two cores it
+Why it exists: the fit extrapolates from a few calibration mini-epochs and can be wrong by 15-20% (on two cores it
 predicted a third LeNet worker faster; measured, it was 12% slower). A job that has run full epochs at some
 (workers, servers) knows better than any fit how fast those counts are, so `MeasuredOrFitted` answers with the
 job's own measurement there and asks the fit only about counts it has not run.

@@ -21,9 +21,11 @@ from coach.policy.history import History
 from coach.policy.measured import current_counts, measured_or_fitted, probe_margin
 
 #: Calibration varies workers and servers independently (Optimus sampled only w = s, which leaves the surface
-#: unidentifiable); all four points fit in the functions of (2, 2). A fifth point at (3, 1) was measured and did
-#: not help: its mini-epoch, the third worker's first, came out 22% slow (benchmarks/README.md).
-CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))
+#: unidentifiable), then samples a third worker at (3, 1): `levels` holds every effect flat beyond the counts it saw,
+#: and on a node with fewer cores than workers a third worker is slower, not faster (ResNet-18 on two cores: 5-35%
+#: slower than two; benchmarks/README.md). The points need the functions of (3, 2); `calibration_within` keeps the
+#: first ones that fit a job's limits and the cluster.
+CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1))
 
 
 #: A calibration mini-epoch trains at least this many batches on every worker (or all the data): with one batch
@@ -33,13 +35,21 @@ CALIBRATION_MIN_STEPS = 4
 
 
 def calibration_fraction(fraction: float, workers: int, batch_per_worker: int, data_samples: int | None) -> float:
-    """The share of the data a calibration mini-epoch at `workers` trains: the job's `calibration_fraction`, raised
-    so that every worker trains CALIBRATION_MIN_STEPS batches, up to all of it. As asked while the data's size is
-    unknown (it is learnt from the first mini-epoch's reply). Rounded up to 4 decimals, for readable lines."""
+    """The share of the data a calibration mini-epoch at `workers` trains: whole batches on every worker, as many
+    as the job's `calibration_fraction` comes nearest to and at least CALIBRATION_MIN_STEPS, up to all of it; the
+    job's share while the data's size is unknown (it is learnt from the first mini-epoch's reply).
+
+    Whole batches, because a step costs nearly the same however full its batch is (every parameter is pushed and
+    pulled), while a mini-epoch is scaled to a full epoch by its share of the data: LeNet at (3, 1) on a quarter
+    trained 5.2 batches' worth in 6 steps and came out 14% slow. One sample short of them on every worker, so that
+    neither the worker's rounding nor a data size estimated a few samples off adds a step of a few samples."""
     if not data_samples:
         return fraction
-    needed = math.ceil(CALIBRATION_MIN_STEPS * batch_per_worker * workers / data_samples * 1e4) / 1e4
-    return min(1.0, max(fraction, needed))
+    per_step = batch_per_worker * workers
+    steps = max(CALIBRATION_MIN_STEPS, round(fraction * data_samples / per_step))
+    if steps * per_step >= data_samples:
+        return 1.0
+    return math.floor((steps * per_step - workers) / data_samples * 1e6 + 1e-6) / 1e6  # down to 6 decimals
 
 
 def calibration_within(points: Sequence[tuple[int, int]], max_workers: int | None = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 from coach.policy.planning import CALIBRATION_POINTS
 from coach.storage.results import read_log
@@ -21,11 +23,17 @@ def test_a_dynamic_lenet_job_calibrates_then_chooses_its_own_counts(tmp_path, ma
     records = read_log(report.run_dir / f"{job.name}.jsonl")
     calibration = [r for r in records if r["phase"] == "calibration"]
     training = [r for r in records if r["phase"] == "training"]
-    # four mini-epochs, varying workers and servers independently, each on a quarter of the data
+    # five mini-epochs, varying workers and servers independently, then a third worker; the first on a quarter of
+    # the data, the others on the whole batches per worker nearest to a quarter (the last one nearly full)
+    points = len(CALIBRATION_POINTS)
     assert [(r["workers"], r["servers"]) for r in calibration] == list(CALIBRATION_POINTS)
-    assert [r["calibration_step"] for r in calibration] == [1, 2, 3, 4]
-    assert all(r["data_fraction"] == 0.25 and r["samples"] < 4000 for r in calibration)
-    assert records[:4] == calibration  # calibration comes first
+    assert [r["calibration_step"] for r in calibration] == list(range(1, points + 1))
+    assert calibration[0]["data_fraction"] == 0.25
+    for r in calibration[1:]:
+        per_worker, batch = r["samples"] // r["workers"], r["batch_size"]
+        assert -per_worker % batch <= batch // 8 and abs(math.ceil(per_worker / batch) * batch * r["workers"] /
+                                                       (calibration[0]["samples"] / 0.25) - 0.25) < 0.1
+    assert records[:points] == calibration  # calibration comes first
     # then real epochs, each with the decision that chose its counts
     assert [r["epoch"] for r in training] == [1, 2, 3]
     for r in training:
@@ -35,8 +43,8 @@ def test_a_dynamic_lenet_job_calibrates_then_chooses_its_own_counts(tmp_path, ma
         assert decision["stopped_by"] in {"gain", "budget", "capacity", "limit"}
         assert decision["speed_fit"]["form"] and decision["speed_fit"]["rms_error"] >= 0
         assert len(r["placement"]) == r["workers"] + r["servers"] + 1
-    # every observation so far feeds the fit: 4 calibration points, then one more per epoch
-    assert [r["decision"]["speed_fit"]["observations"] for r in training] == [4, 5, 6]
+    # every observation so far feeds the fit: the calibration points, then one more per epoch
+    assert [r["decision"]["speed_fit"]["observations"] for r in training] == [points, points + 1, points + 2]
     # the calibration mini-epochs trained the model too: epoch 1 starts from their checkpoint
     assert training[0]["loss"] < calibration[0]["loss"]
     assert records[-1]["stop_reason"] in {"max_epochs", "target_loss"}
@@ -82,7 +90,7 @@ def test_a_budget_below_the_cost_floor_stops_a_dynamic_job_before_it_spends(tmp_
 def test_a_small_budget_stops_a_dynamic_job_during_calibration(tmp_path, make_job, marker):
     # 6e-4 pays the first step's 3 slots (0.0001 each) for 2 s, so its deadline is 2 x 0.9 - 0.5 = 1.3 s; the
     # steps that fit in time are logged, the one that meets its money's deadline answers 504 (a `retry` line that
-    # will not retry), and the job ends with `budget` long before the four calibration steps are done
+    # will not retry), and the job ends with `budget` long before the calibration steps are done
     job = make_job(f"{marker}-small", workers=None, servers=None, budget=6e-4)
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
 

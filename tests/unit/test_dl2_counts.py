@@ -185,7 +185,7 @@ def test_coach_explains_a_step_that_slots_freed_by_settling_could_have_taken():
     from coach.app.learn_counts import CountsTrainSettings, episode
     from coach.app.simulate import simulate_jobs
 
-    ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 18]))
+    ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 6]))
     sim = simulate_jobs(ep.specs, ep.cluster, policy="coach", models=ep.models)
 
     reasons = [r["decision"] for recs in sim.records.values() for r in recs

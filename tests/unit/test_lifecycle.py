@@ -7,6 +7,8 @@ times they choose. Prices and durations are binary fractions, so every cost comp
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
@@ -102,7 +104,8 @@ def trained(ids, *, epoch: int, loss: float, cost: float, cumulative: float, end
     workers = sum(1 for fid in ids if fid.role is Role.WORKER)
     servers = sum(1 for fid in ids if fid.role is Role.SERVER)
     return EpochRecord(run_id=RUN, job="lenet", phase=phase, epoch=epoch, workers=workers, servers=servers,
-                       placement=names(ids), loss=loss, val_loss=None, accuracy=None, train_accuracy=0.5,
+                       placement=names(ids), loss=loss, val_loss=None, accuracy=None,
+                       train_accuracy=(samples // 2) / samples,
                        samples=samples * workers, epoch_time_s=10.0, compute_s=8.0, start=iso(end - 10.0),
                        end=iso(end), cost=cost, cumulative_cost=cumulative, budget=budget, stop_reason=stop,
                        attempt=attempt, checkpoint=ckpt(tag),
@@ -256,19 +259,22 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     costs = {1: COST_11, 2: COST_12, 3: COST_21, 4: COST_22}
     # each step predicted before it starts: the floor first, then the last step's cost scaled by slots
     predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3, 3: COST_12 * 4 / 4, 4: COST_21 * 5 / 4}
+    # 2,048 samples at batch 32, as the first reply tells: then whole batches, one sample short, on every worker
+    fractions = {1: 0.125, 2: 0.124511, 3: 0.124023, 4: 0.124023}  # (8 * 32 - 1) / 2048, (4 * 64 - 2) / 2048
+    shards = {1: 256, 2: 255, 3: 127, 4: 127}
     cumulative = 0.0
     for step in (1, 2, 3, 4):
         # each step expects the next point's functions; the last one, its own
         call = invoke(used[step], epoch=0, step=step, tag=f"calibration-{step}",
-                      load=None if step == 1 else ckpt(f"calibration-{step - 1}"), fraction=0.125,
+                      load=None if step == 1 else ckpt(f"calibration-{step - 1}"), fraction=fractions[step],
                       following=used[min(step + 1, 4)])
         assert out[-1] == call
         now = T0 + 100 * step
-        out = d.send(epoch_done(call, now, 4.0 - step))
+        out = d.send(epoch_done(call, now, 4.0 - step, samples=shards[step]))
         cumulative += costs[step]
         record = trained(used[step], epoch=0, loss=4.0 - step, cost=costs[step], cumulative=cumulative, end=now,
-                         tag=f"calibration-{step}", phase="calibration",
-                         extra={"calibration_step": step, "data_fraction": 0.125,
+                         tag=f"calibration-{step}", phase="calibration", samples=shards[step],
+                         extra={"calibration_step": step, "data_fraction": fractions[step],
                                 "predicted_cost": predicted[step]})
         assert out[:2] == [WriteRecord(record), PruneCheckpoints(ckpt(f"calibration-{step}"))]
         assert len(out) == 3
@@ -297,24 +303,27 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
 
 
 def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_worker():
-    """512 samples at batch 32: a quarter of the data gives a worker 4 batches at w = 1 but 2 at w = 2, so the
-    two-worker points train half the data; the first point asks before the data's size is known."""
+    """512 samples at batch 32: an eighth of the data gives a worker 2 batches at w = 1 and 1 at w = 2, so the
+    points train 4 whole batches per worker (one sample short): a quarter and a half of the data; the first point
+    asks before the data's size is known."""
     spec = dynamic_spec(calibration_fraction=0.125)
     d = Driver(spec, calibration=CALIBRATION)
     d.send(Start(T0))
     d.bind_all(T0 + 1)
     out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
     used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
-    fractions = {1: 0.125, 2: 0.25, 3: 0.5, 4: 0.5}  # CALIBRATION_MIN_STEPS * 32 * w / 512, at least 0.125
+    fractions = {1: 0.125, 2: 0.248046, 3: 0.496093, 4: 0.496093}  # (4 * 32 * w - w) / 512, to 6 decimals
     # the last step's cost scaled by slots, and by the data when a step trains more of it than the last one
-    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3 * 2, 3: COST_12 * 4 / 4 * 2, 4: COST_21 * 5 / 4}
+    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3 * 0.248046 / 0.125,
+                 3: COST_12 * 4 / 4 * 0.496093 / 0.248046, 4: COST_21 * 5 / 4}
     for step in (1, 2, 3, 4):
         call = out[-1]
         assert isinstance(call, InvokeEpoch)
         assert (call.data_fraction, call.save_tag) == (fractions[step], f"calibration-{step}")
         assert call.functions == placed(used[step])
-        per_worker = int(512 * fractions[step]) // call.workers
-        assert per_worker >= CALIBRATION_MIN_STEPS * 32 or fractions[step] == spec.calibration_fraction
+        per_worker = math.ceil(512 * fractions[step]) // call.workers  # the worker's rounding
+        assert math.ceil(per_worker / 32) == CALIBRATION_MIN_STEPS or fractions[step] == spec.calibration_fraction
+        assert per_worker % 32 == 31 or step == 1  # whole batches, one sample short: no step of a few samples
         out = d.send(epoch_done(call, T0 + 100 * step, 1.0, samples=per_worker))
         record = out[0].record
         assert record.extra["data_fraction"] == fractions[step]
@@ -333,10 +342,10 @@ def test_the_calibration_floor_counts_the_batch_an_adaptive_job_will_train_at():
     batches = []
     for step in (1, 2, 3, 4):
         call = out[-1]
-        batch, per_worker = call.hyper.batch_size, int(4096 * call.data_fraction) // call.workers
+        batch, per_worker = call.hyper.batch_size, math.ceil(4096 * call.data_fraction) // call.workers
         batches.append(batch)
         assert call.data_fraction == 0.125 if step == 1 else \
-            per_worker >= CALIBRATION_MIN_STEPS * batch or call.data_fraction == 1.0
+            math.ceil(per_worker / batch) >= CALIBRATION_MIN_STEPS or call.data_fraction == 1.0
         done = epoch_done(call, T0 + 100 * step, 1.0, samples=per_worker)
         out = d.send(replace(done, replies={fid: replace(r, grad_var=6400.0, grad_sqr=1.0, noise_steps=2)
                                             for fid, r in done.replies.items()}))
@@ -364,19 +373,34 @@ def test_a_mini_epoch_after_one_cut_short_is_predicted_at_most_its_timeouts_wort
     out = d.send(replace(done, replies={fid: replace(r, shard_samples=64, stopped_early=True)
                                         for fid, r in done.replies.items()}))
 
-    # scaled from the share trained it would be 12.5 x 4/3 x 0.25 / (0.125 / 64) = 2133: but 4 slots at 0.5 for
+    # scaled from the share trained it would be 12.5 x 4/3 x 0.248 / (0.125 / 64) = 2117: but 4 slots at 0.5 for
     # its 20 s timeout cost 40 at most
-    assert out[-1].data_fraction == 0.25 and out[-1].step == 2
+    assert out[-1].data_fraction == 0.248046 and out[-1].step == 2  # 4 batches of 32 of 512, one sample short
     assert d.lc.step.extra["predicted_cost"] == 40.0
 
 
-def test_the_calibration_floor_raises_the_share_up_to_all_the_data_and_never_lowers_it():
+def test_a_calibration_share_is_whole_batches_on_every_worker_at_least_the_floor_up_to_all_the_data():
     assert calibration_fraction(0.25, 2, 128, None) == 0.25  # size not known yet
-    assert calibration_fraction(0.25, 2, 128, 4000) == 0.256  # 4 * 128 * 2 / 4000
-    assert calibration_fraction(0.25, 1, 128, 4000) == 0.25
-    assert calibration_fraction(0.25, 2, 128, 1000) == 1.0
-    assert calibration_fraction(0.25, 3, 100, 30_000) == 0.25
-    assert calibration_fraction(0.1, 3, 100, 10_001) == 0.12  # rounded up, never below the floor
+    assert calibration_fraction(0.25, 2, 128, 4000) == 0.2555  # the floor: (4 * 128 * 2 - 2) / 4000
+    assert calibration_fraction(0.25, 1, 128, 4000) == 0.25575  # 7.8 batches: 8, one sample short
+    assert calibration_fraction(0.25, 3, 64, 4000) == 0.23925  # 5.2 batches: 5, not a 6th of 13 samples
+    assert calibration_fraction(0.25, 2, 128, 1000) == 1.0  # the floor is all the data
+    assert calibration_fraction(0.25, 3, 100, 30_000) == 0.2499
+    assert calibration_fraction(0.1, 3, 100, 10_001) == 0.119688  # never below the floor, 6 decimals down
+
+
+@pytest.mark.parametrize("data_samples", [1000, 4000, 4001, 10_001, 59_999, 60_000, 123_457])
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("batch", [32, 64, 100, 128])
+def test_a_calibration_share_gives_each_worker_whole_batches_after_the_workers_rounding(data_samples, workers,
+                                                                                        batch):
+    """functions/runtime.py's `_shard_size`: ceil(size * share) samples, split evenly; no step is left over."""
+    fraction = calibration_fraction(0.25, workers, batch, data_samples)
+    per_worker = min(max(workers, math.ceil(data_samples * fraction)), data_samples) // workers
+    if fraction < 1:
+        assert per_worker % batch == batch - 1
+        assert math.ceil(per_worker / batch) == max(CALIBRATION_MIN_STEPS,
+                                                    round(0.25 * data_samples / (batch * workers)))
 
 
 def test_calibration_keeps_to_the_points_that_fit_the_cluster_together():
@@ -675,7 +699,7 @@ def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overs
     else:
         assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
                        invoke((SCHED, S0, S1, W0), epoch=0, step=2, tag="calibration-2",
-                              load=ckpt("calibration-1"), fraction=0.25,
+                              load=ckpt("calibration-1"), fraction=0.249023,  # 8 batches of 1,024, 1 short
                               deadline=(budget - 12.5) / 1.75 * 0.9 - 0.5, following=(SCHED, S0, W0, W1))]  # 1.75 per second: money ends first
 
 

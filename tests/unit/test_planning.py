@@ -68,8 +68,8 @@ def test_the_warm_up_is_paid_once_not_scaled_with_the_data():
 
 def test_calibration_mini_epochs_become_full_epoch_speeds():
     found = observations(history())
-    assert len(found) == 9
-    for obs, (w, s) in zip(found[:4], CALIBRATION_POINTS):
+    assert len(found) == len(CALIBRATION_POINTS) + 5
+    for obs, (w, s) in zip(found, CALIBRATION_POINTS):
         assert (obs.workers, obs.servers) == (w, s)
         assert obs.epochs_per_s == pytest.approx(speed(w, s))
 
@@ -77,7 +77,7 @@ def test_calibration_mini_epochs_become_full_epoch_speeds():
 def test_stopped_lines_are_not_observations_and_calibration_is_not_an_epoch():
     lines = history() + [{"job": "dyn", "phase": "stopped", "epoch": 5, "workers": 3, "servers": 1,
                           "epoch_time_s": 0.0, "loss": None}]
-    assert len(observations(lines)) == 9
+    assert len(observations(lines)) == len(CALIBRATION_POINTS) + 5
     assert len(training_metrics(lines)) == 5
 
 
@@ -134,10 +134,13 @@ def test_coach_plan_names_a_broken_log_line(job, tmp_path, capsys):
 def test_calibration_keeps_to_the_job_limits_and_the_cluster_slots():
     from coach.policy.planning import calibration_within
 
+    assert CALIBRATION_POINTS == ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1))
     assert calibration_within(CALIBRATION_POINTS) == CALIBRATION_POINTS
     assert calibration_within(CALIBRATION_POINTS, max_workers=1) == ((1, 1), (1, 2))
-    assert calibration_within(CALIBRATION_POINTS, max_servers=1) == ((1, 1), (2, 1))
-    assert calibration_within(CALIBRATION_POINTS, total_slots=5) == CALIBRATION_POINTS  # (2,2): 5 slots together
+    assert calibration_within(CALIBRATION_POINTS, max_workers=2) == ((1, 1), (1, 2), (2, 1), (2, 2))
+    assert calibration_within(CALIBRATION_POINTS, max_servers=1) == ((1, 1), (2, 1), (3, 1))
+    assert calibration_within(CALIBRATION_POINTS, total_slots=6) == CALIBRATION_POINTS  # (3,2): 6 slots together
+    assert calibration_within(CALIBRATION_POINTS, total_slots=5) == CALIBRATION_POINTS[:4]  # (2,2): 5 slots
     assert calibration_within(CALIBRATION_POINTS, total_slots=4) == ((1, 1), (1, 2))
     assert calibration_within(((1, 1), (2, 1), (1, 2)), total_slots=4) == ((1, 1), (2, 1))
     assert calibration_within(CALIBRATION_POINTS, total_slots=2) == ()

@@ -20,6 +20,7 @@ import pytest
 from coach.app.run import exit_code_for, resume_run, run_jobs
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.jobs import JobSpec
+from coach.policy.planning import CALIBRATION_POINTS
 from coach.storage.results import read_log
 from tests.support import Scripted, factory
 
@@ -171,7 +172,8 @@ def test_a_dynamic_job_that_lost_its_log_calibrates_again_from_its_checkpoint_an
     job = spec(tmp_path, workers=None, servers=None, max_epochs=5, budget=1e12)
     stop = threading.Event()
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet",
-                      platform_factory=factory(Scripted(stop, stop_at_step=6)), stop_event=stop)  # 4 calib + 2
+                      platform_factory=factory(Scripted(stop, stop_at_step=len(CALIBRATION_POINTS) + 2)),
+                      stop_event=stop)  # calibration and 2 epochs
     assert report.exit_code == 130
     (report.run_dir / "sim.jsonl").write_text("")
 
@@ -180,9 +182,10 @@ def test_a_dynamic_job_that_lost_its_log_calibrates_again_from_its_checkpoint_an
     records = read_log(report.run_dir / "sim.jsonl")
     phases = [(r["phase"], r["epoch"]) for r in records]
     assert phases[0] == ("recovered", 2)
-    assert phases[1:5] == [("calibration", 0)] * 4  # the speed observations were lost with the log
+    calibrated = 1 + len(CALIBRATION_POINTS)
+    assert phases[1:calibrated] == [("calibration", 0)] * len(CALIBRATION_POINTS)  # lost with the log
     assert records[1]["checkpoint"] != records[0]["checkpoint"]
-    assert phases[5:] == [("training", 3), ("training", 4), ("training", 5)]
+    assert phases[calibrated:] == [("training", 3), ("training", 4), ("training", 5)]
     assert resumed.exit_code == 0 and records[-1]["stop_reason"] == "max_epochs"
 
 

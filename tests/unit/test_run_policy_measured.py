@@ -7,7 +7,6 @@ from pathlib import Path
 from coach.domain.jobs import JobSpec
 from coach.model.speed import SpeedObservation
 from coach.policy.history import History
-from coach.policy.planning import CALIBRATION_POINTS
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, JobView
 
 CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
@@ -26,8 +25,9 @@ def calibrated_speed(w: int, s: int) -> float:
 
 
 def history(*epochs: tuple[int, int, float]) -> History:
-    """Calibration at the four points, then full epochs (workers, servers, epoch seconds)."""
-    calibration = tuple(SpeedObservation(w, s, calibrated_speed(w, s)) for w, s in CALIBRATION_POINTS)
+    """Calibration at the four points with w <= 2 (a cluster with no room for (3, 1)), then full epochs (workers,
+    servers, epoch seconds)."""
+    calibration = tuple(SpeedObservation(w, s, calibrated_speed(w, s)) for w, s in ((1, 1), (1, 2), (2, 1), (2, 2)))
     full = tuple(SpeedObservation(w, s, 1 / t) for w, s, t in epochs)
     return History(observations=calibration + full, metrics=tuple(1.0 for _ in epochs), calibration_done=4,
                    epochs_done=len(epochs), steps_done=4 + len(epochs),
