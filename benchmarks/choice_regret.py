@@ -68,7 +68,8 @@ GOAL = 0.03
 #: benchmarks/README.md, "fit_accuracy.py (LeNet)": measured full-epoch seconds at (workers, servers), 2 cores.
 LENET_README = {(1, 1): 1.940, (1, 2): 1.937, (2, 1): 1.429, (2, 2): 1.515, (3, 1): 1.602, (1, 3): 1.953,
                 (3, 2): 1.571, (2, 3): 1.417, (4, 1): 1.670, (3, 3): 1.551}
-#: Same table, "predicted s" at the four calibration points: what the calibration mini-epochs said, scaled.
+#: Same table, "predicted s" at the four points it calibrated (before (3,1) was a calibration point): what the
+#: calibration mini-epochs said, scaled. Points calibrated that this lacks, (3,1), take the table's full epoch time.
 LENET_README_CALIBRATION = {(1, 1): 1.993, (1, 2): 2.039, (2, 1): 1.412, (2, 2): 1.435}
 LENET_FIXED_S = 0.35  # the per-epoch fixed part measured by epoch_overhead.py (0.30-0.38 s)
 #: One node, as the default cluster, with slots to spare: the job's limits, not capacity, bound the choice.

@@ -11,7 +11,7 @@ as long as they must (the placement timeout is effectively off), so every job fi
     .venv/bin/python benchmarks/virtual_time.py --policy coach --coach-jobs 40 --coach-epochs 10
 
 Prints, per policy, the wall seconds (best and median of --repeat), jobs/s, events/s, epochs/s, the simulated
-makespan and how the jobs ended. The goal applies to the static case. The coach figure (dynamic jobs: four
+makespan and how the jobs ended. The goal applies to the static case. The coach figure (dynamic jobs: five
 calibration mini-epochs each, then a run-wide plan before every epoch) is a second figure at its own, smaller
 size (--coach-jobs x --coach-epochs): the coach policy refits every planned job's curves in every round, so
 200 x 30 would take hours today (see benchmarks/README.md).

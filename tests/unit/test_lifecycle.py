@@ -260,7 +260,7 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     # each step predicted before it starts: the floor first, then the last step's cost scaled by slots
     predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3, 3: COST_12 * 4 / 4, 4: COST_21 * 5 / 4}
     # 2,048 samples at batch 32, as the first reply tells: then whole batches, one sample short, on every worker
-    fractions = {1: 0.125, 2: 0.124511, 3: 0.124023, 4: 0.124023}  # (8 * 32 - 1) / 2048, (4 * 64 - 2) / 2048
+    fractions = {1: 0.125, 2: 255 / 2048, 3: 254 / 2048, 4: 254 / 2048}  # 8 batches of 32 (1 short), 4 of 2 x 32
     shards = {1: 256, 2: 255, 3: 127, 4: 127}
     cumulative = 0.0
     for step in (1, 2, 3, 4):
@@ -312,10 +312,10 @@ def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_
     d.bind_all(T0 + 1)
     out = d.deployed(Deploy(placed(F22), MODEL), T0 + 2)
     used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
-    fractions = {1: 0.125, 2: 0.248046, 3: 0.496093, 4: 0.496093}  # (4 * 32 * w - w) / 512, to 6 decimals
+    fractions = {1: 0.125, 2: 127 / 512, 3: 254 / 512, 4: 254 / 512}  # (4 * 32 * w - w) / 512
     # the last step's cost scaled by slots, and by the data when a step trains more of it than the last one
-    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3 * 0.248046 / 0.125,
-                 3: COST_12 * 4 / 4 * 0.496093 / 0.248046, 4: COST_21 * 5 / 4}
+    predicted = {1: 3 * MIN_EPOCH_S * 0.5, 2: COST_11 * 4 / 3 * (127 / 512) / 0.125,
+                 3: COST_12 * 4 / 4 * (254 / 512) / (127 / 512), 4: COST_21 * 5 / 4}
     for step in (1, 2, 3, 4):
         call = out[-1]
         assert isinstance(call, InvokeEpoch)
@@ -375,32 +375,38 @@ def test_a_mini_epoch_after_one_cut_short_is_predicted_at_most_its_timeouts_wort
 
     # scaled from the share trained it would be 12.5 x 4/3 x 0.248 / (0.125 / 64) = 2117: but 4 slots at 0.5 for
     # its 20 s timeout cost 40 at most
-    assert out[-1].data_fraction == 0.248046 and out[-1].step == 2  # 4 batches of 32 of 512, one sample short
+    assert out[-1].data_fraction == 127 / 512 and out[-1].step == 2  # 4 batches of 32 of 512, one sample short
     assert d.lc.step.extra["predicted_cost"] == 40.0
 
 
 def test_a_calibration_share_is_whole_batches_on_every_worker_at_least_the_floor_up_to_all_the_data():
     assert calibration_fraction(0.25, 2, 128, None) == 0.25  # size not known yet
-    assert calibration_fraction(0.25, 2, 128, 4000) == 0.2555  # the floor: (4 * 128 * 2 - 2) / 4000
-    assert calibration_fraction(0.25, 1, 128, 4000) == 0.25575  # 7.8 batches: 8, one sample short
-    assert calibration_fraction(0.25, 3, 64, 4000) == 0.23925  # 5.2 batches: 5, not a 6th of 13 samples
+    assert calibration_fraction(0.25, 2, 128, 4000) == 1022 / 4000  # the floor: 4 batches of 2 x 128, 2 short
+    assert calibration_fraction(0.25, 1, 128, 4000) == 1023 / 4000  # 7.8 batches: 8, one sample short
+    assert calibration_fraction(0.25, 3, 64, 4000) == 957 / 4000  # 5.2 batches: 5, not a 6th of 13 samples
     assert calibration_fraction(0.25, 2, 128, 1000) == 1.0  # the floor is all the data
-    assert calibration_fraction(0.25, 3, 100, 30_000) == 0.2499
-    assert calibration_fraction(0.1, 3, 100, 10_001) == 0.119688  # never below the floor, 6 decimals down
+    assert calibration_fraction(0.25, 3, 100, 30_000) == 7497 / 30_000
+    assert calibration_fraction(0.1, 3, 100, 10_001) == 1197 / 10_001  # never below the floor
+    assert calibration_fraction(1.0, 1, 64, 10_000) == 1.0  # all the data means all of it, last batch partial
+    assert calibration_fraction(0.25, 1, 1, 4000) == 0.25  # batches of one sample: nothing to be short of
+    assert calibration_fraction(1e-7, 1, 32, 200_000_000) == 127 / 200_000_000  # tiny, but never 0
 
 
-@pytest.mark.parametrize("data_samples", [1000, 4000, 4001, 10_001, 59_999, 60_000, 123_457])
+@pytest.mark.parametrize("data_samples", [1000, 4000, 4001, 10_001, 59_999, 60_000, 123_457, 2_000_003])
 @pytest.mark.parametrize("workers", [1, 2, 3, 4, 7])
-@pytest.mark.parametrize("batch", [32, 64, 100, 128])
+@pytest.mark.parametrize("batch", [2, 32, 64, 100, 128])
 def test_a_calibration_share_gives_each_worker_whole_batches_after_the_workers_rounding(data_samples, workers,
                                                                                         batch):
     """functions/runtime.py's `_shard_size`: ceil(size * share) samples, split evenly; no step is left over."""
     fraction = calibration_fraction(0.25, workers, batch, data_samples)
     per_worker = min(max(workers, math.ceil(data_samples * fraction)), data_samples) // workers
-    if fraction < 1:
-        assert per_worker % batch == batch - 1
-        assert math.ceil(per_worker / batch) == max(CALIBRATION_MIN_STEPS,
-                                                    round(0.25 * data_samples / (batch * workers)))
+    steps = max(CALIBRATION_MIN_STEPS, round(0.25 * data_samples / (batch * workers)))
+    if steps * batch * workers >= data_samples:
+        assert fraction == 1.0
+    else:
+        assert 0 < fraction < 1
+        assert -per_worker % batch <= 1  # whole batches, the last one at most a sample short
+        assert math.ceil(per_worker / batch) == steps
 
 
 def test_calibration_keeps_to_the_points_that_fit_the_cluster_together():
@@ -699,7 +705,7 @@ def test_a_calibration_step_predicted_from_the_last_one_scaled_by_slots_to_overs
     else:
         assert out == [first, PruneCheckpoints(ckpt("calibration-1")),
                        invoke((SCHED, S0, S1, W0), epoch=0, step=2, tag="calibration-2",
-                              load=ckpt("calibration-1"), fraction=0.249023,  # 8 batches of 1,024, 1 short
+                              load=ckpt("calibration-1"), fraction=255 / 1024,  # 8 batches of 1,024, 1 short
                               deadline=(budget - 12.5) / 1.75 * 0.9 - 0.5, following=(SCHED, S0, W0, W1))]  # 1.75 per second: money ends first
 
 
