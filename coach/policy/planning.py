@@ -6,7 +6,6 @@ policy about one job, so what a user previews is what a run would do.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
