@@ -345,20 +345,23 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def epoch_work(host: HostState, request: EpochRequest, joined: "KvstoreJoin | PsNode | None" = None) -> dict:
+def epoch_work(host: HostState, request: EpochRequest, joined: "InThread | None" = None) -> dict:
     """What an epoch child of the request's role does (in the child; the model comes from the host's cache), with
     the ps-lite node a spare started ahead at the request's rendezvous, if any."""
     if request.role == "worker":
         module, data = load_model(host, request.model_path)
         return run_worker_epoch(request, module, data, joined)
-    return joined.reply() if joined is not None else run_ps_node(request)
+    return joined.result() if joined is not None else run_ps_node(request)
 
 
-def join_ahead(role: str, ps: PsAddress) -> "KvstoreJoin | PsNode":
+def join_ahead(role: str, ps: PsAddress) -> "InThread":
     """Start this role's ps-lite node at `ps` now, before any request for it: a worker joins (its kvstore), a
-    scheduler or server starts serving; either waits in the rendezvous until every node of it has come."""
+    scheduler or server starts serving (its result: what `run_ps_node` replies, once every worker has left);
+    either waits in the rendezvous until every node of it has come."""
     os.environ.update(ps_environment(role, ps))
-    return (KvstoreJoin(ps) if role == "worker" else PsNode(role, ps)).start()
+    if role == "worker":
+        return join_kvstore(ps)
+    return InThread("ps-node", lambda: serve_ps_node(role, ps))
 
 
 def want_spare(host: HostState) -> None:
@@ -623,35 +626,6 @@ def run_ps_node(request: EpochRequest) -> dict:
     return serve_ps_node(request.role, request.ps)
 
 
-class PsNode:
-    """A scheduler or server that a spare started ahead (`join_ahead`): it serves in a thread while the spare waits
-    for its request, whose reply waits for the serving to end."""
-
-    def __init__(self, role: str, ps: PsAddress):
-        self._role = role
-        self._ps = ps
-        self._reply: dict | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, name="ps-node", daemon=True)
-
-    def start(self) -> "PsNode":
-        self._thread.start()
-        return self
-
-    def reply(self) -> dict:
-        """What `run_ps_node` replies, once every worker has left; raises what serving raised."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._reply
-
-    def _serve(self) -> None:
-        try:
-            self._reply = serve_ps_node(self._role, self._ps)
-        except BaseException as error:  # given to the spare's own thread, which replies with it
-            self._error = error
-
-
 def serve_ps_node(role: str, ps: PsAddress) -> dict:
     """Serve the role (its DMLC variables set) until the workers are gone."""
     if role != "scheduler":
@@ -687,12 +661,12 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     return x[mine], y[mine]
 
 
-def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "KvstoreJoin | None" = None) -> dict:
+def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThread | None" = None) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
     slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
 
     The whole preparation (building the model, loading the checkpoint, the shape pass) overlaps the ps-lite
-    rendezvous (KvstoreJoin), when a spare has not joined it ahead already; a broken model file found meanwhile is
+    rendezvous (`join_kvstore`), when a spare has not joined it ahead already; a broken model file found meanwhile is
     rejected (EpochError) and the controller cancels the peers that joined. A training loss or parameters
     that stop being finite end the training loop of every worker at the same step (see `_train`); such an epoch
     replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
@@ -711,7 +685,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "Kvstor
     # ps-lite's rendezvous waits at least 0.1 s (its readiness poll): joined ahead by the spare, or join first and
     # prepare meanwhile. A broken model file is found during it; the first failure of an epoch makes the controller
     # cancel the joined peers.
-    joining = joining or KvstoreJoin(request.ps).start()
+    joining = joining or join_kvstore(request.ps)
     mx.random.seed(hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
     net = user_code(request.model_path, "build_model()", module.build_model)
     if not isinstance(net, gluon.Block):
@@ -729,7 +703,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "Kvstor
     classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
     _plain_layout(net)
     check_labels(data, classes, request.model_path)  # rejected now: the controller cancels the joined peers
-    kv = joining.kvstore()
+    kv = joining.result()
     rank, num_workers = kv.rank, kv.num_workers
     if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
         raise RuntimeError(f"kvstore has {num_workers} workers, the request {request.ps.num_workers}")
@@ -796,39 +770,45 @@ def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: 
     return max(0.0, head_s - (compute_s - head_s) * count / (steps - count))
 
 
-class KvstoreJoin:
-    """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
-    (benchmarks/README.md), time the worker spends building its model, loading its checkpoint and running the
-    shape pass instead of waiting, or a spare waiting for its request (`join_ahead`). MXNet's C calls release the
-    GIL, so both go on at once."""
+class InThread:
+    """`work()` in a daemon thread, started now: a ps-lite node joining or serving while its process does something
+    else (MXNet's C calls release the GIL, so both go on at once)."""
 
-    def __init__(self, ps: PsAddress):
-        self._ps = ps
-        self._kv = None
+    def __init__(self, name: str, work: Callable[[], Any]):
+        self._work = work
+        self._value: Any = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._join, name="kvstore-join", daemon=True)
-
-    def start(self) -> "KvstoreJoin":
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-        return self
 
-    def kvstore(self):
-        """The joined kvstore, handed over (no reference stays here: its destructor, when the worker drops it, is
-        what stops the servers); raises what joining raised."""
+    def result(self) -> Any:
+        """What `work()` returned, handed over (no reference stays here: a kvstore's destructor, when the worker
+        drops it, is what stops the servers); raises what it raised."""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        kv, self._kv = self._kv, None
-        return kv
+        value, self._value = self._value, None
+        return value
 
-    def _join(self) -> None:
+    def _run(self) -> None:
         try:
-            import mxnet as mx
-
-            await_scheduler(self._ps)
-            self._kv = mx.kv.create("dist_sync")
-        except BaseException as error:  # given to the worker's own thread, which replies with it
+            self._value = self._work()
+        except BaseException as error:  # given to the child's own thread, which replies with it
             self._error = error
+
+
+def join_kvstore(ps: PsAddress) -> InThread:
+    """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
+    (benchmarks/README.md), time the worker spends building its model, loading its checkpoint and running the
+    shape pass instead of waiting, or a spare waiting for its request (`join_ahead`)."""
+
+    def join():
+        import mxnet as mx
+
+        await_scheduler(ps)
+        return mx.kv.create("dist_sync")
+
+    return InThread("kvstore-join", join)
 
 
 def _classes(out, loss_fn) -> int | None:

@@ -477,7 +477,7 @@ class Joined:
     def __init__(self, role: str, ps: PsAddress):
         self.role, self.ps = role, ps
 
-    def reply(self) -> dict:
+    def result(self) -> dict:
         return {"pid": os.getpid(), "joined": [self.role, self.ps.root_port]}
 
 
