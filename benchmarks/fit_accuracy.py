@@ -2,9 +2,12 @@
 
 Two modes, so that the slow part (real MXNet epochs) runs once and the fits can be compared again at will:
 
-measure  runs a real job through Coach: one dynamic run for its calibration (the policy's mini-epochs,
-         coach.policy.planning.CALIBRATION_POINTS, on a slice of the data), then static runs of full epochs at
-         several (workers, servers).
+measure  runs a real job through Coach: dynamic runs for its calibration (the policy's mini-epochs,
+         coach.policy.planning.CALIBRATION_POINTS, on a slice of the data) and static runs of full epochs at
+         several (workers, servers). `--calibrations N` (default 3) runs N independent calibrations, spread
+         evenly between the points: one calibration is one draw of a noisy measurement (on a shared 2-vCPU VM one
+         vCPU can run the same work at half speed for seconds, see benchmarks/README.md), so one alone says little
+         about how far the fit is off in general.
          It saves what it measured (calibration log lines and every epoch's time per point) to a JSON file,
          e.g. benchmarks/data/fit_points_lenet.json. Run it under the shared lock on an otherwise idle machine:
 
@@ -13,8 +16,9 @@ measure  runs a real job through Coach: one dynamic run for its calibration (the
 
 compare  re-fits every form of coach.model.speed_forms.FORMS from saved files and prints, per form and file,
          the relative error of the predicted epoch time at held-out points, in two settings:
-         - calibration: fitted on the file's calibration mini-epochs only (what the policy has at the start),
-           predicting the measured points calibration did not sample;
+         - calibration: fitted on one calibration's mini-epochs only (what the policy has at the start),
+           predicting the measured points calibration did not sample; the median is over every calibration of
+           the file and every such point, and each calibration's own median is shown too;
          - leave-one-out: fitted on the calibration plus every other measured point (full epochs, as the policy
            sees once it has run some), predicting the one left out, over every measured point;
          - full-calibration: fitted on the full epochs measured at the calibration counts, predicting the
@@ -49,7 +53,7 @@ from coach.policy.history import observations  # noqa: E402
 
 DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"
 GOAL = 0.10
-SCHEMA = 1
+SCHEMA = 2  # 2: "calibrations", every calibration (1: "calibration" only, one)
 # Fields of a calibration log line that the fit reads (through coach.policy.history.observations).
 CALIBRATION_FIELDS = ("phase", "workers", "servers", "epoch_time_s", "compute_s", "data_fraction", "warmup_s")
 
@@ -81,6 +85,12 @@ def run_one(folder: Path, base: dict, name: str, **fields) -> list[dict]:
     return read_log(report.run_dir / f"{name}.jsonl")
 
 
+def calibration_slots(points: int, calibrations: int) -> list[int]:
+    """Before which point (its index) each calibration runs: spread evenly, so that the machine's drift over the
+    measurement reaches calibrations and full epochs alike."""
+    return [min(round(k * points / calibrations), points - 1) for k in range(calibrations)]
+
+
 def measure(args) -> int:
     job_path = args.job.resolve()
     base = yaml.safe_load(job_path.read_text())
@@ -93,7 +103,8 @@ def measure(args) -> int:
     saved = {"schema": SCHEMA, "model": args.name or Path(base["model"]).stem, "job": str(args.job),
              "command": " ".join(sys.argv), "cpus": os.cpu_count(), "started": started_at, "duration_s": None,
              "epochs_per_point": args.epochs, "warm_up_epochs_dropped": 1, "calibration_fraction": args.fraction,
-             "calibration": [], "points": []}
+             "calibration": [], "calibrations": [], "calibration_foreign_cpu_shares": [], "points": []}
+    calibrate_before = calibration_slots(len(points), args.calibrations)
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:  # after every point, so that an interrupted measurement keeps what it has
@@ -102,15 +113,22 @@ def measure(args) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        meter = CpuMeter()
-        records = run_one(folder, base, "calibrate", max_epochs=1, calibration_fraction=args.fraction)
-        saved["calibration"] = [{k: r.get(k) for k in CALIBRATION_FIELDS} for r in records
-                                if r["phase"] == "calibration"]
-        saved["calibration_foreign_cpu_share"] = round(meter.stop()["foreign_share"], 3)
-        save()
-        print(f"calibration: {len(saved['calibration'])} mini-epochs, {time.monotonic() - started:.0f} s, "
-              f"others used {saved['calibration_foreign_cpu_share']:.0%} of the CPUs", flush=True)
-        for workers, servers in points:
+
+        def calibrate() -> None:
+            meter = CpuMeter()
+            number = len(saved["calibrations"])
+            records = run_one(folder, base, f"calibrate{number}", max_epochs=1, calibration_fraction=args.fraction)
+            lines = [{k: r.get(k) for k in CALIBRATION_FIELDS} for r in records if r["phase"] == "calibration"]
+            saved["calibrations"].append(lines)
+            saved["calibration"] = saved["calibrations"][0]  # what readers of schema 1 (choice_regret.py) take
+            saved["calibration_foreign_cpu_shares"].append(round(meter.stop()["foreign_share"], 3))
+            save()
+            print(f"calibration {number + 1}: {len(lines)} mini-epochs, {time.monotonic() - started:.0f} s, "
+                  f"others used {saved['calibration_foreign_cpu_shares'][-1]:.0%} of the CPUs", flush=True)
+
+        for index, (workers, servers) in enumerate(points):
+            for _ in range(calibrate_before.count(index)):
+                calibrate()
             meter = CpuMeter()
             records = [r for r in run_one(folder, base, f"w{workers}s{servers}", workers=workers, servers=servers,
                                           max_epochs=args.epochs) if r["phase"] == "training"]
@@ -136,15 +154,24 @@ def load_points(path: Path) -> dict:
         raise BadInput(f"{path}: (file): {str(error).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path}: (file): expected a JSON object")
-    calibration = data.get("calibration")
-    if not isinstance(calibration, list) or not calibration:
-        raise BadInput(f"{path}: calibration: expected a non-empty list of calibration log lines")
-    try:
-        calibration_obs = observations(calibration)
-    except (TypeError, ValueError, KeyError) as error:
-        raise BadInput(f"{path}: calibration: {error}") from None
-    if not calibration_obs:
-        raise BadInput(f"{path}: calibration: no line with phase, workers, servers and epoch_time_s")
+    if "calibrations" in data:
+        field, runs = "calibrations", data["calibrations"]
+        if not isinstance(runs, list) or not runs:
+            raise BadInput(f"{path}: calibrations: expected a non-empty list of calibrations")
+        named = [(f"calibrations[{i}]", run) for i, run in enumerate(runs)]
+    else:  # schema 1: one calibration
+        named = [("calibration", data.get("calibration"))]
+    calibrations = []
+    for field, calibration in named:
+        if not isinstance(calibration, list) or not calibration:
+            raise BadInput(f"{path}: {field}: expected a non-empty list of calibration log lines")
+        try:
+            calibration_obs = observations(calibration)
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise BadInput(f"{path}: {field}: {error}") from None
+        if not calibration_obs:
+            raise BadInput(f"{path}: {field}: no line with phase, workers, servers and epoch_time_s")
+        calibrations.append(calibration_obs)
     points = data.get("points")
     if not isinstance(points, list) or not points:
         raise BadInput(f"{path}: points: expected a non-empty list")
@@ -161,8 +188,8 @@ def load_points(path: Path) -> dict:
                 and all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in times)):
             raise BadInput(f"{path}: {field}.epoch_times_s: expected more than {drop} finite positive times")
         measured[(workers, servers)] = statistics.median(times[drop:])
-    sampled = tuple(dict.fromkeys((o.workers, o.servers) for o in calibration_obs))
-    return {"name": str(data.get("model") or path.stem), "calibration": calibration_obs, "measured": measured,
+    sampled = tuple(dict.fromkeys((o.workers, o.servers) for run in calibrations for o in run))
+    return {"name": str(data.get("model") or path.stem), "calibrations": calibrations, "measured": measured,
             "duration_s": data.get("duration_s"), "sampled": sampled}
 
 
@@ -170,11 +197,14 @@ def relative_error(predicted_s: float, measured_s: float) -> float:
     return abs(predicted_s - measured_s) / measured_s
 
 
-def calibration_errors(form, data) -> dict[tuple[int, int], tuple[float, float]]:
-    """Fitted on calibration only: (predicted, error) at every measured point."""
-    fit = form.fit(data["calibration"])
-    return {point: (fit.epoch_time_s(*point), relative_error(fit.epoch_time_s(*point), measured_s))
-            for point, measured_s in data["measured"].items()}
+def calibration_errors(form, data) -> list[dict[tuple[int, int], tuple[float, float]]]:
+    """Fitted on each calibration alone: (predicted, error) at every measured point, one dict per calibration."""
+    errors = []
+    for calibration in data["calibrations"]:
+        fit = form.fit(calibration)
+        errors.append({point: (fit.epoch_time_s(*point), relative_error(fit.epoch_time_s(*point), measured_s))
+                       for point, measured_s in data["measured"].items()})
+    return errors
 
 
 def full_calibration_errors(form, data) -> dict[tuple[int, int], float]:
@@ -189,12 +219,14 @@ def full_calibration_errors(form, data) -> dict[tuple[int, int], float]:
 
 
 def leave_one_out_errors(form, data) -> dict[tuple[int, int], float]:
-    """Fitted on calibration plus every other measured point (one full-epoch observation each)."""
+    """Fitted on a calibration plus every other measured point (one full-epoch observation each): the median error
+    over the file's calibrations, per point."""
     errors = {}
     for held_out, measured_s in data["measured"].items():
         others = [SpeedObservation(w, s, 1.0 / t) for (w, s), t in data["measured"].items() if (w, s) != held_out]
-        fit = form.fit(list(data["calibration"]) + others)
-        errors[held_out] = relative_error(fit.epoch_time_s(*held_out), measured_s)
+        errors[held_out] = statistics.median(
+            relative_error(form.fit(list(calibration) + others).epoch_time_s(*held_out), measured_s)
+            for calibration in data["calibrations"])
     return errors
 
 
@@ -209,32 +241,35 @@ def compare(args) -> int:
     except BadInput as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    table = []  # (form, model, calibration median, max, loo median, max)
+    table = []  # (form, model, calibration median, max, per-calibration medians, loo median, max, full-cal.)
     details = {}
     for name, form in FORMS.items():
         for data in files:
-            cal = calibration_errors(form, data)
-            unseen = [e for p, (_, e) in cal.items() if p not in data["sampled"]]
+            runs = calibration_errors(form, data)
+            per_run = [[e for p, (_, e) in run.items() if p not in data["sampled"]] for run in runs]
             loo = leave_one_out_errors(form, data)
             full = full_calibration_errors(form, data)
-            table.append((name, data["name"], *summary(unseen), *summary(loo.values()), summary(full.values())[0]))
-            details[name, data["name"]] = (cal, loo)
+            table.append((name, data["name"], *summary(e for run in per_run for e in run),
+                          "/".join(f"{summary(run)[0]:.0%}" for run in per_run), *summary(loo.values()),
+                          summary(full.values())[0]))
+            details[name, data["name"]] = (runs, loo)
 
     bar = "|" if args.markdown else " "
-    head = ["form", "model", "cal. median", "cal. max", "LOO median", "LOO max", "full-cal. median"]
+    head = ["form", "model", "cal. median", "cal. max", "per calibration", "LOO median", "LOO max",
+            "full-cal. median"]
     print(f"{bar}{bar.join(f' {h} ' for h in head)}{bar}")
     if args.markdown:
         print("|" + "---|" * len(head))
-    for name, model, cal_med, cal_max, loo_med, loo_max, full_med in table:
+    for name, model, cal_med, cal_max, per_run, loo_med, loo_max, full_med in table:
         chosen = " (chosen)" if name == CHOSEN_FORM else ""
         mark = "**" if args.markdown and name == CHOSEN_FORM else ""
-        cells = [f"{name}{chosen}", model, f"{mark}{cal_med:.1%}{mark}", f"{cal_max:.1%}", f"{mark}{loo_med:.1%}{mark}",
-                 f"{loo_max:.1%}", f"{full_med:.1%}"]
+        cells = [f"{name}{chosen}", model, f"{mark}{cal_med:.1%}{mark}", f"{cal_max:.1%}", per_run,
+                 f"{mark}{loo_med:.1%}{mark}", f"{loo_max:.1%}", f"{full_med:.1%}"]
         print(f"{bar}{bar.join(f' {c} ' for c in cells)}{bar}")
 
     for data in files:
-        print(f"\n{data['name']}: predicted epoch time s (fitted on calibration only) / LOO error; "
-              f"* = sampled by calibration")
+        print(f"\n{data['name']}: predicted epoch time s (fitted on calibration only; median over the "
+              f"{len(data['calibrations'])} calibrations, and its error) / LOO error; * = sampled by calibration")
         print(f"{bar} w {bar} s {bar} measured s {bar}" + bar.join(f" {n} " for n in FORMS) + bar)
         if args.markdown:
             print("|" + "---|" * (3 + len(FORMS)))
@@ -242,17 +277,29 @@ def compare(args) -> int:
             star = "*" if point in data["sampled"] else ""
             cells = []
             for name in FORMS:
-                cal, loo = details[name, data["name"]]
-                predicted, error = cal[point]
+                runs, loo = details[name, data["name"]]
+                predicted = statistics.median(run[point][0] for run in runs)
+                error = relative_error(predicted, measured_s)
                 cells.append(f"{predicted:.3f} ({error:.0%}) / {loo[point]:.0%}")
             print(f"{bar} {point[0]}{star} {bar} {point[1]} {bar} {measured_s:.3f} {bar}"
                   + bar.join(f" {c} " for c in cells) + bar)
 
     chosen = [row for row in table if row[0] == CHOSEN_FORM]
     met = all(row[2] <= GOAL for row in chosen)
-    print(f"\nchosen form {CHOSEN_FORM!r}: median error on points calibration did not sample "
-          + ", ".join(f"{row[1]} {row[2]:.1%}" for row in chosen) + f" (goal <= {GOAL:.0%}: {'met' if met else 'NOT met'})")
+    print(f"\nchosen form {CHOSEN_FORM!r}: median error on points calibration did not sample, over every "
+          f"calibration: " + ", ".join(f"{row[1]} {row[2]:.1%} (each calibration: {row[4]})" for row in chosen)
+          + f" (goal <= {GOAL:.0%}: {'met' if met else 'NOT met'})")
     return 0
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def main(argv=None) -> int:
@@ -267,6 +314,8 @@ def main(argv=None) -> int:
     m.add_argument("--epochs", type=int, default=3, help="full epochs per measured point (first dropped)")
     m.add_argument("--fraction", type=float, default=0.25, help="calibration data fraction")
     m.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated WxS points to measure")
+    m.add_argument("--calibrations", type=positive_int, default=3,
+                   help="independent calibrations, spread evenly between the points (default 3)")
     c = sub.add_parser("compare", help="re-fit every form on saved files and compare")
     c.add_argument("files", type=Path, nargs="+")
     c.add_argument("--markdown", action="store_true", help="print the tables as Markdown")

@@ -1,18 +1,37 @@
 """Helpers the test folders share: waiting on a condition with a deadline, stopping a child process, a client of
-the official `kubernetes` package for a kubeconfig, a simulated platform that writes real checkpoint files."""
+the official `kubernetes` package for a kubeconfig, a simulated platform that writes real checkpoint files, a
+benchmark script imported as a module."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from kubernetes import client
 
 from coach.placement.kube_connect import connect
 from coach.platforms.simulated import SimulatedPlatform
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_script(name: str) -> Iterator:
+    """For a module-scoped fixture (`yield from`): benchmarks/<name>.py imported as the module `name`, registered
+    in sys.modules while the tests use it (dataclasses look their module up by name), removed afterwards."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> object:

@@ -3,24 +3,16 @@ counts it could afford; bad points files are refused in one line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "choice_regret.py"
+from tests.support import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("choice_regret", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["choice_regret"] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["choice_regret"]
+    yield from benchmark_script("choice_regret")
 
 
 def misled(bench):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,15 +9,12 @@ import pytest
 
 from coach.model.speed_forms import FORMS
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_accuracy.py"
+from tests.support import benchmark_script
 
 
 @pytest.fixture(scope="module")
 def fit_accuracy():
-    spec = importlib.util.spec_from_file_location("fit_accuracy", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    yield from benchmark_script("fit_accuracy")
 
 
 def comm_time_s(w: int, s: int) -> float:
@@ -46,14 +42,43 @@ def test_compare_refits_every_form_and_the_generating_form_is_exact(fit_accuracy
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] != []
             and line.split()[0] in FORMS and "synthetic" in line}
     assert set(rows) == set(FORMS)
-    assert rows["comm"][2:6] == ["0.0%", "0.0%", "0.0%", "0.0%"]  # the warm-up epoch (9.9 s) is dropped
+    assert rows["comm"][2:7] == ["0.0%", "0.0%", "0%", "0.0%", "0.0%"]  # the warm-up epoch (9.9 s) is dropped
     data = fit_accuracy.load_points(path)
     assert data["measured"][(3, 1)] == pytest.approx(comm_time_s(3, 1))
     errors = fit_accuracy.leave_one_out_errors(FORMS["comm"], data)
     assert max(errors.values()) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_every_calibration_is_fitted_alone_and_the_median_is_over_all_of_them(fit_accuracy, tmp_path, capsys):
+    path = points_file(tmp_path)
+    data = json.loads(path.read_text())
+    exact = data.pop("calibration")
+    slow = [{**line, "epoch_time_s": line["epoch_time_s"] * 1.5} for line in exact]  # a calibration 50% slow
+    data["calibrations"] = [exact, slow, exact]
+    path.write_text(json.dumps(data))
+
+    loaded = fit_accuracy.load_points(path)
+    runs = fit_accuracy.calibration_errors(FORMS["comm"], loaded)
+
+    assert len(runs) == 3
+    assert max(error for _, error in runs[0].values()) == pytest.approx(0.0, abs=1e-6)
+    assert all(error == pytest.approx(0.5, rel=1e-3) for _, error in runs[1].values())
+    assert fit_accuracy.main(["compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["comm", "synthetic"])
+    assert row[2:5] == ["0.0%", "50.0%", "0%/50%/0%"]  # pooled median 0%, the slow one seen in max and its own
+
+
+@pytest.mark.parametrize(("points", "calibrations", "slots"), [
+    (10, 3, [0, 3, 7]), (10, 1, [0]), (2, 3, [0, 1, 1]), (1, 2, [0, 0]), (5, 5, [0, 1, 2, 3, 4]),
+])
+def test_calibrations_are_spread_evenly_between_the_points(fit_accuracy, points, calibrations, slots):
+    assert fit_accuracy.calibration_slots(points, calibrations) == slots
+
+
 @pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(calibrations=[d["calibration"], []]), "calibrations[1]: expected a non-empty list"),
+    (lambda d: d.update(calibrations="x"), "calibrations: expected a non-empty list of calibrations"),
     (lambda d: d.update(calibration=[]), "calibration: expected a non-empty list"),
     (lambda d: d["points"][1].update(workers=0), "points[1].workers: workers and servers must be integers >= 1"),
     (lambda d: d["points"][2].update(epoch_times_s=[1.0, float("nan")]), "points[2].epoch_times_s: expected more"),
