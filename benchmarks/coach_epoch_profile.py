@@ -100,7 +100,7 @@ def install_wrappers() -> None:
 
     original_epoch = runtime.run_worker_epoch
 
-    def run_worker_epoch(request, module, data, joining=None):
+    def run_worker_epoch(request, module, data, *rest):
         marks.clear()
         steps.clear()
         if not getattr(module, "_profiled", False):
@@ -111,7 +111,7 @@ def install_wrappers() -> None:
         if "scheduler-first" in WHAT_IF:
             wait_for_scheduler(request)
             mark("wait_scheduler")
-        reply = original_epoch(request, module, data, joining)
+        reply = original_epoch(request, module, data, *rest)
         mark("returned")
         if steps:
             marks.append(("other_steps", steps[-1]))  # end of the training loop (every batch syncs on asscalar)

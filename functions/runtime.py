@@ -23,6 +23,10 @@ ends its training loop with every other worker at the same step, tears down as u
 a reserve before it (coach/domain/deadlines.py, functions/deadline.py), and replies `stopped_early: true` with
 the samples it trained and, from rank 0, the checkpoint of them: a partial epoch, not a 504.
 
+A host keeps only what the model file gives: its module, its data, and the classes the first worker epoch's shape
+pass found for it (a field of the child's reply that the host takes out); an epoch from a checkpoint, whose file
+gives every shape, then runs no shape pass.
+
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
 
@@ -111,6 +115,9 @@ class HostState:
     """Per-host memory shared by invocations: loaded models and their data, the running children, the spare."""
 
     models: dict[str, tuple[float, Any, Any]] = field(default_factory=dict)  # path -> (mtime, module, data)
+    # path -> (module, classes): what a worker epoch's shape pass found for the module loaded now (None: a loss
+    # whose labels are not class indices); epochs from a checkpoint then skip the shape pass
+    classes: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
     children: set[int] = field(default_factory=set)  # pids of running epoch children
     lock: threading.Lock = field(default_factory=threading.Lock)
     # held from making a child's pipes until the host has closed the child's ends: no other child may inherit
@@ -162,6 +169,7 @@ def load_model(host: HostState, model_path: str):
         except EpochError as error:
             raise EpochError(f"model file {model_path}: {error}") from None
         host.models[path] = (mtime, module, data)
+        host.classes.pop(path, None)  # learnt for the module replaced now
         host.generation += 1
         return module, data
 
@@ -350,8 +358,32 @@ def epoch_work(host: HostState, request: EpochRequest, joined: "InThread | None"
     the ps-lite node a spare started ahead at the request's rendezvous, if any."""
     if request.role == "worker":
         module, data = load_model(host, request.model_path)
-        return run_worker_epoch(request, module, data, joined)
+        return run_worker_epoch(request, module, data, joined, known_classes(host, request.model_path, module))
     return joined.result() if joined is not None else run_ps_node(request)
+
+
+#: The field of a worker child's reply that tells its host the model's classes; the host takes it out
+#: (`learn_classes`) before answering, so it never reaches the controller.
+CLASSES_FIELD = "host_classes"
+UNKNOWN = object()  # no epoch of the loaded module has told its classes yet
+
+
+def known_classes(host: HostState, model_path: str, module) -> Any:
+    """The classes a shape pass found for `module` (int or None), or UNKNOWN."""
+    found = host.classes.get(str(Path(model_path).resolve()))
+    return found[1] if found is not None and found[0] is module else UNKNOWN
+
+
+def learn_classes(host: HostState, model_path: str, reply: dict) -> None:
+    """Take the classes out of a worker child's reply and keep them for the module loaded now (host side)."""
+    if CLASSES_FIELD not in reply:
+        return
+    classes = reply.pop(CLASSES_FIELD)
+    path = str(Path(model_path).resolve())
+    with host.lock:
+        loaded = host.models.get(path)
+        if loaded is not None and (classes is None or isinstance(classes, int)):
+            host.classes[path] = (loaded[1], classes)
 
 
 def join_ahead(role: str, ps: PsAddress) -> "InThread":
@@ -595,6 +627,8 @@ def handle_event(context, event, role: str) -> Any:
         except EpochError as error:
             return _respond(context, 422, {"error": str(error), "role": role})
     status, reply = run_epoch(host, request)
+    if role == "worker":
+        learn_classes(host, request.model_path, reply)
     reply["role"] = role
     return _respond(context, status, reply)
 
@@ -661,7 +695,8 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     return x[mine], y[mine]
 
 
-def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThread | None" = None) -> dict:
+def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThread | None" = None,
+                     classes_known: Any = UNKNOWN) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
     slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
 
@@ -672,7 +707,8 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
     replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
     functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
     (nothing saved if it trained nothing). `joining` is the kvstore a spare joined ahead at the request's
-    rendezvous (functions/runtime.py's `join_ahead`), if any."""
+    rendezvous (functions/runtime.py's `join_ahead`), if any. `classes_known`: what an earlier epoch's shape pass
+    found for this module (`known_classes`); an epoch from a checkpoint then skips its own."""
     entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
     os.environ.update(ps_environment(request.role, request.ps))
     import mxnet as mx
@@ -699,9 +735,14 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
         checkpoints.load_parameters(net, request.checkpoint_load)
     else:
         net.initialize(mx.init.Xavier())
-    # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
-    classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
-    _plain_layout(net)
+    if request.checkpoint_load and classes_known is not UNKNOWN:
+        # the checkpoint gave every shape and the classes are known: no shape pass (an inference-mode forward,
+        # 0.02-0.03 s of every LeNet epoch's critical path on 2 cores), hence no layout to restore either
+        classes = classes_known
+    else:
+        # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
+        classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
+        _plain_layout(net)
     check_labels(data, classes, request.model_path)  # rejected now: the controller cancels the joined peers
     kv = joining.result()
     rank, num_workers = kv.rank, kv.num_workers
@@ -750,7 +791,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
     # its Trainer, which holds the kvstore)
     del trainer, net, kv, loss_fn, vote, shared_validation
     gc.collect()
-    return reply.to_dict()
+    return {**reply.to_dict(), CLASSES_FIELD: classes}
 
 
 def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: int) -> float | None:

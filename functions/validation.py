@@ -51,7 +51,8 @@ class SharedValidation:
         self._kv = kv
         self._start, self._end = slice_bounds(num_samples, kv.rank, kv.num_workers)  # this worker's slice
         self._step = batch_size_for_validation(batch_size)
-        # rank 0's running statistics and other state no gradient updates (shapes are known: after the shape pass)
+        # rank 0's running statistics and other state no gradient updates (shapes are known: after the shape pass
+        # or the checkpoint load)
         self._state = [array for param in net.collect_params().values() if param.grad_req == "null"
                        for array in param.list_data()]
         keys = [VALIDATION_KEY] + [VALIDATION_KEY + 1 + i for i in range(len(self._state))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import textwrap
 import threading
 import uuid
@@ -66,15 +67,16 @@ class Epochs:
         return (self.folder / "logs" / f"{FunctionId(self.job, role, index).name}.log").read_text(errors="replace")
 
     def run(self, model: Path, learning_rate: float = 0.1, checkpoint_load: str | None = None,
-            deadline_s: float = 60.0) -> dict[str, Reply | Failure]:
-        """One epoch of every function at once, as the controller invokes it; the failures cancel the rest."""
+            deadline_s: float = 60.0, step: int | None = None) -> dict[str, Reply | Failure]:
+        """One epoch of every function at once, as the controller invokes it; the failures cancel the rest.
+        `step`: the request's step (it seeds the shuffle), by default a new one."""
         self.step += 1
         host, port = self.platform.rendezvous_address(self.refs[0])
         results: dict[str, Reply | Failure] = {}
 
         def invoke(ref):
             request = EpochRequest(
-                job=self.job, epoch=self.step, step=self.step, attempt=1, role=ref.role,
+                job=self.job, epoch=self.step, step=step or self.step, attempt=1, role=ref.role,
                 ps=PsAddress(host, port, num_servers=1, num_workers=2, node_host=ref.host), model_path=str(model),
                 data_fraction=1.0, hyper=Hyper(batch_size=32, optimizer="sgd", learning_rate=learning_rate,
                                                optimizer_params={"momentum": 0.9}),
@@ -232,3 +234,61 @@ def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epoch
     correct = int((out.argmax(axis=1) == mx.nd.array(y_val)).sum().asscalar())
     assert rank0.val_loss == pytest.approx(loss, rel=1e-5)
     assert rank0.val_accuracy == correct / 65
+
+
+MARKED = """
+    import numpy as np
+    from mxnet import autograd, gluon
+
+    class Net(gluon.nn.Block):
+        def __init__(self):
+            super().__init__()
+            self.body = gluon.nn.Sequential()
+            self.body.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
+
+        def forward(self, x):
+            if x.shape[0] == 1 and not autograd.is_training():  # the worker's shape pass
+                with open(MARKS, "a") as marks:
+                    marks.write("shape pass\\n")
+            return self.body(x)
+
+    def build_model():
+        return Net()
+
+    def load_data():
+        rng = np.random.RandomState(0)
+        x = rng.rand(256, 8).astype("float32")
+        y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
+        return x[:192], y[:192], x[192:], y[192:]
+"""
+
+
+def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the_classes_and_trains_the_same(
+        epochs, tmp_path):
+    """The first epoch's shape pass tells each worker host the model's classes; a later epoch from a checkpoint,
+    in a child forked after that, needs no shape pass, and trains exactly as an epoch with one (after the model
+    file changes, the host forgets the classes)."""
+    marks = tmp_path / "marks.txt"
+    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + textwrap.dedent(MARKED))
+
+    def shape_passes() -> int:
+        return len(marks.read_text().splitlines()) if marks.exists() else 0
+
+    def rank0(results) -> WorkerReply:
+        assert all(isinstance(r, Reply) for r in results.values()), results
+        assert all(not any(k.startswith("host_") for k in r.body) for r in epochs.workers(results))
+        return next(r for r in (WorkerReply.from_dict(r.body) for r in epochs.workers(results)) if r.rank == 0)
+
+    first = rank0(epochs.run(path))
+    assert shape_passes() == 2  # no checkpoint: both workers
+    second = rank0(epochs.run(path, checkpoint_load=first.checkpoint_saved))  # its children may predate that
+    before = shape_passes()
+    step = epochs.step + 1
+    skipped = rank0(epochs.run(path, checkpoint_load=second.checkpoint_saved, step=step))
+    assert shape_passes() == before  # neither worker ran one
+
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))  # the model file changed: reloaded, its classes unknown
+    again = rank0(epochs.run(path, checkpoint_load=second.checkpoint_saved, step=step))
+    assert shape_passes() == before + 2
+    assert (again.loss_sum, again.correct, again.val_loss) == (skipped.loss_sum, skipped.correct, skipped.val_loss)

@@ -244,3 +244,47 @@ def test_a_warm_request_for_a_broken_model_file_is_answered_422(tmp_path, capfd)
     assert (response.status_code, json.loads(response.body)) == (
         422, {"error": f"model file {path}: load_data() raised RuntimeError: no data", "role": "worker"})
     assert "raise RuntimeError('no data')" in capfd.readouterr().err
+
+
+# --------------------------------------------------------------------------- the classes a host learns
+
+
+TWO_SAMPLES = """
+    def build_model():
+        pass
+
+    def load_data():
+        return [[0.0], [1.0]], [0, 1]
+"""
+
+
+@pytest.mark.parametrize("classes", [10, None])  # None: a loss whose labels are not class indices, known too
+def test_a_host_keeps_the_classes_a_worker_reply_tells_for_the_module_loaded_now_and_takes_them_out(tmp_path,
+                                                                                                   classes):
+    path = model_file(tmp_path, TWO_SAMPLES)
+    host = runtime.HostState()
+    module, _ = load_model(host, str(path))
+    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
+
+    reply = {"samples": 2, runtime.CLASSES_FIELD: classes}
+    runtime.learn_classes(host, str(path), reply)
+
+    assert reply == {"samples": 2}  # never passed on to the controller
+    assert runtime.known_classes(host, str(path), module) == classes
+
+
+def test_a_changed_model_file_forgets_its_classes_and_odd_values_are_not_kept(tmp_path):
+    path = model_file(tmp_path, TWO_SAMPLES)
+    host = runtime.HostState()
+    load_model(host, str(path))
+    runtime.learn_classes(host, str(path), {runtime.CLASSES_FIELD: 2})
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))
+
+    module, _ = load_model(host, str(path))
+
+    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
+    runtime.learn_classes(host, str(path), {runtime.CLASSES_FIELD: "10"})  # not from a worker child of ours
+    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
+    runtime.learn_classes(host, str(tmp_path / "other.py"), {runtime.CLASSES_FIELD: 3})  # no such model loaded
+    assert runtime.known_classes(host, str(tmp_path / "other.py"), module) is runtime.UNKNOWN
