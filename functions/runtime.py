@@ -888,6 +888,13 @@ def _await_broadcast(trainer, params) -> None:
             array.wait_to_read()
 
 
+#: Steps between two reads of the divergence probe (after the first two): each read blocks the training loop until
+#: the previous step's update has come back. Read before every step, LeNet's loop (2 workers, 1 server) ran
+#: 7-13% longer than the bare dist_sync script's in four runs of 2026-11-27; without the probe 2-5% shorter
+#: (benchmarks/README.md). A diverged epoch trains at most this many steps more before every worker stops.
+PROBE_EVERY_STEPS = 4
+
+
 def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
            noise: NoiseProbe | None = None, vote: StopVote | None = None):
     """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1 and the
@@ -899,7 +906,9 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
       parameter's, the same on every worker), so the summed gradient, and the probe parameter after the
       update, are NaN on every worker;
     - before pushing its next gradients, every worker reads the probe parameter's sum (queued after the
-      previous update, which the next forward pass needed anyway) and stops if it is not finite;
+      previous update, which the next forward pass needed anyway) and stops if it is not finite: after the
+      first two steps and every PROBE_EVERY_STEPS-th, the same steps on every worker (a NaN stays in the probe
+      parameter, so a later read sees it on all of them);
     - after the last step the same check decides.
     The parameters are the same on every worker after every step, so they all decide alike.
     The deadline stops every worker at the same step through `vote` (functions/deadline.py says why not through
@@ -922,8 +931,9 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
             loss = loss_fn(out, yb)
         loss.backward()
         batch_loss = loss.sum()
-        if check is not None and not math.isfinite(check.asscalar()):  # the previous step diverged, somewhere
+        if check is not None and not math.isfinite(check.asscalar()):  # an earlier step diverged, somewhere
             return loss_sum, correct, samples, True, marks
+        check = None
         if vote is not None and vote.stop():  # some worker's deadline is near: all leave before this step
             break
         probe_grad += batch_loss * 0  # NaN when the loss is not finite; adding 0 changes nothing otherwise
@@ -933,16 +943,17 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         trainer.step(len(idx) * num_workers)
         if noise is not None:
             noise.after_step()
-        check = probe_data.sum()
         if vote is not None:
             vote.cast()
         loss_sum += float(batch_loss.asscalar())
         correct += int((out.argmax(axis=1) == yb).sum().asscalar())
         samples += len(idx)
         steps = -(-samples // batch_size)
+        if steps <= 2 or steps % PROBE_EVERY_STEPS == 0:
+            check = probe_data.sum()  # read before the next step's push
         if steps in (1, halfway):
             marks[steps] = time.monotonic()
-    return loss_sum, correct, samples, check is not None and not math.isfinite(check.asscalar()), marks
+    return loss_sum, correct, samples, samples > 0 and not math.isfinite(probe_data.sum().asscalar()), marks
 
 
 def _finite_parameters(net) -> bool:

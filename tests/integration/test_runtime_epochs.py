@@ -292,3 +292,24 @@ def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the
     again = rank0(epochs.run(path, checkpoint_load=second.checkpoint_saved, step=step))
     assert shape_passes() == before + 2
     assert (again.loss_sum, again.correct, again.val_loss) == (skipped.loss_sum, skipped.correct, skipped.val_loss)
+
+
+def test_in_a_long_shard_one_workers_infinite_loss_still_stops_both_workers_at_the_same_step(epochs, tmp_path):
+    """The probe is read after the first two steps and every PROBE_EVERY_STEPS-th, at the same steps on every
+    worker: in a 25-step shard a flagged sample stops both together, at most that many steps after it."""
+    from functions.runtime import PROBE_EVERY_STEPS
+
+    body = TINY.replace("rng.rand(256, 8)", "rng.rand(1856, 8)").replace(
+        "return x[:192], y[:192], x[192:], y[192:]",
+        "y[5] += 10\n        return x[:1600], y[:1600], x[1600:], y[1600:]")
+    path = model_file(tmp_path, body + FLAGGED_LOSS)
+
+    results = epochs.run(path, learning_rate=0.01)
+
+    assert all(isinstance(r, Reply) for r in results.values()), results
+    bodies = sorted((r.body for r in epochs.workers(results)), key=lambda b: b["rank"])
+    assert [b["diverged"] for b in bodies] == [True, True]
+    assert bodies[0]["samples"] == bodies[1]["samples"] < 800  # the same step, before the end of the shard
+    steps = bodies[0]["samples"] // 32
+    assert steps <= 2 or steps % PROBE_EVERY_STEPS == 0  # it stopped right after a read
+    assert [b["checkpoint_saved"] for b in bodies] == [None, None]
