@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from coach.model.speed import SpeedObservation  # noqa: E402
 from coach.model.speed_forms import CHOSEN_FORM, FORMS  # noqa: E402
 from coach.policy.history import observations  # noqa: E402
+from coach.ui.errors import integer  # noqa: E402
 
 DEFAULT_POINTS = "1x1,1x2,2x1,2x2,3x1,1x3,3x2,2x3,4x1,3x3"
 GOAL = 0.10
@@ -155,7 +156,7 @@ def load_points(path: Path) -> dict:
     if not isinstance(data, dict):
         raise BadInput(f"{path}: (file): expected a JSON object")
     if "calibrations" in data:
-        field, runs = "calibrations", data["calibrations"]
+        runs = data["calibrations"]
         if not isinstance(runs, list) or not runs:
             raise BadInput(f"{path}: calibrations: expected a non-empty list of calibrations")
         named = [(f"calibrations[{i}]", run) for i, run in enumerate(runs)]
@@ -292,16 +293,6 @@ def compare(args) -> int:
     return 0
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -314,7 +305,7 @@ def main(argv=None) -> int:
     m.add_argument("--epochs", type=int, default=3, help="full epochs per measured point (first dropped)")
     m.add_argument("--fraction", type=float, default=0.25, help="calibration data fraction")
     m.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated WxS points to measure")
-    m.add_argument("--calibrations", type=positive_int, default=3,
+    m.add_argument("--calibrations", type=integer(1, 10**6), default=3,
                    help="independent calibrations, spread evenly between the points (default 3)")
     c = sub.add_parser("compare", help="re-fit every form on saved files and compare")
     c.add_argument("files", type=Path, nargs="+")

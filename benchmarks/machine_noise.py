@@ -23,7 +23,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coach.ui.errors import integer  # noqa: E402
 
 
 def chunk_times_s(chunks: int, work: int, start=None) -> list:
@@ -92,24 +95,11 @@ def steal_share(before: list[int] | None, after: list[int] | None) -> float | No
     return spent[7] / sum(spent) if sum(spent) else None
 
 
-def within(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: an integer from `low` to `high`, or a one-line error."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected {low}-{high}, got {value}")
-        return value
-    return parse
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=within(2, 10_000), default=30, metavar="N",
+    parser.add_argument("--chunks", type=integer(2, 10_000), default=30, metavar="N",
                         help="chunks per process (2-10000, default 30)")
-    parser.add_argument("--work", type=within(1000, 10**9), default=3_000_000, metavar="N",
+    parser.add_argument("--work", type=integer(1000, 10**9), default=3_000_000, metavar="N",
                         help="additions per chunk (1000-1e9, default 3,000,000: 0.1-0.2 s on one core)")
     args = parser.parse_args(argv)
     cpus = os.cpu_count() or 1

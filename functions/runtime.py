@@ -374,16 +374,17 @@ def known_classes(host: HostState, model_path: str, module) -> Any:
     return found[1] if found is not None and found[0] is module else UNKNOWN
 
 
-def learn_classes(host: HostState, model_path: str, reply: dict) -> None:
-    """Take the classes out of a worker child's reply and keep them for the module loaded now (host side)."""
+def learn_classes(host: HostState, model_path: str, module, reply: dict) -> None:
+    """Take the classes out of a worker child's reply and keep them for `module`, the one its epoch ran (host side),
+    while it is still the one loaded: a model file loaded again meanwhile has not told its classes yet."""
     if CLASSES_FIELD not in reply:
         return
     classes = reply.pop(CLASSES_FIELD)
     path = str(Path(model_path).resolve())
     with host.lock:
         loaded = host.models.get(path)
-        if loaded is not None and (classes is None or isinstance(classes, int)):
-            host.classes[path] = (loaded[1], classes)
+        if loaded is not None and loaded[1] is module and (classes is None or isinstance(classes, int)):
+            host.classes[path] = (module, classes)
 
 
 def join_ahead(role: str, ps: PsAddress) -> "InThread":
@@ -623,12 +624,12 @@ def handle_event(context, event, role: str) -> Any:
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":
         try:
-            load_model(host, request.model_path)  # rejected here, before anything is forked; cached for the child
+            module, _ = load_model(host, request.model_path)  # rejected here, before any fork; cached for the child
         except EpochError as error:
             return _respond(context, 422, {"error": str(error), "role": role})
     status, reply = run_epoch(host, request)
     if role == "worker":
-        learn_classes(host, request.model_path, reply)
+        learn_classes(host, request.model_path, module, reply)
     reply["role"] = role
     return _respond(context, status, reply)
 

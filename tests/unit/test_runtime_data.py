@@ -267,7 +267,7 @@ def test_a_host_keeps_the_classes_a_worker_reply_tells_for_the_module_loaded_now
     assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
 
     reply = {"samples": 2, runtime.CLASSES_FIELD: classes}
-    runtime.learn_classes(host, str(path), reply)
+    runtime.learn_classes(host, str(path), module, reply)
 
     assert reply == {"samples": 2}  # never passed on to the controller
     assert runtime.known_classes(host, str(path), module) == classes
@@ -276,15 +276,17 @@ def test_a_host_keeps_the_classes_a_worker_reply_tells_for_the_module_loaded_now
 def test_a_changed_model_file_forgets_its_classes_and_odd_values_are_not_kept(tmp_path):
     path = model_file(tmp_path, TWO_SAMPLES)
     host = runtime.HostState()
-    load_model(host, str(path))
-    runtime.learn_classes(host, str(path), {runtime.CLASSES_FIELD: 2})
+    old, _ = load_model(host, str(path))
+    runtime.learn_classes(host, str(path), old, {runtime.CLASSES_FIELD: 2})
     stat = path.stat()
     os.utime(path, (stat.st_atime, stat.st_mtime + 5))
 
     module, _ = load_model(host, str(path))
 
     assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
-    runtime.learn_classes(host, str(path), {runtime.CLASSES_FIELD: "10"})  # not from a worker child of ours
+    runtime.learn_classes(host, str(path), old, {runtime.CLASSES_FIELD: 2})  # an epoch of the module replaced
     assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
-    runtime.learn_classes(host, str(tmp_path / "other.py"), {runtime.CLASSES_FIELD: 3})  # no such model loaded
+    runtime.learn_classes(host, str(path), module, {runtime.CLASSES_FIELD: "10"})  # not from a child of ours
+    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
+    runtime.learn_classes(host, str(tmp_path / "other.py"), module, {runtime.CLASSES_FIELD: 3})  # not loaded
     assert runtime.known_classes(host, str(tmp_path / "other.py"), module) is runtime.UNKNOWN
