@@ -182,6 +182,15 @@ def wait_until_quiet(max_wait_s: float, window_s: float = 2.0) -> tuple[float, f
             return max(0.0, waited), share
 
 
+def side_order(sides: list, round_no: int) -> list:
+    """The order of the two sides in round `round_no` (from 1): as given in odd rounds, reversed in even ones.
+
+    Why: this machine's speed drifts for minutes at a time (benchmarks/machine_noise.py); with the same side always
+    first, a machine that speeds up (or slows down) through the run charges the drift to one side. Alternating
+    (coach, bare, bare, coach, ...) cancels a steady drift over every two rounds."""
+    return list(sides) if round_no % 2 else list(reversed(sides))
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 
@@ -219,7 +228,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_job_arguments(parser)
     parser.add_argument("--rounds", type=int, default=1,
-                        help="alternate coach and bare this many times; medians pool every round's epochs")
+                        help="measure both sides this many times, coach first in odd rounds and bare first in even ones; "
+                             "medians pool every round's epochs")
     parser.add_argument("--quiet-wait", type=float, default=180.0,
                         help="before each side, wait up to this many seconds for other processes to go idle")
     parser.add_argument("--noisy-retries", type=int, default=2,
@@ -248,11 +258,11 @@ def main(argv=None) -> int:
     try:
         for round_no in range(1, args.rounds + 1):
             prefix = f"[round {round_no}] " if args.rounds > 1 else ""
-            for label, results, run in (
-                    ("coach", coaches, lambda d: run_coach(args, d)),
-                    ("bare ", bares, lambda d: run_bare(args.model, args.workers, args.servers, args.epochs,
-                                                        args.batch_size, args.lr, args.momentum, args.seed,
-                                                        args.bare_timeout, log_dir=d / "bare-logs"))):
+            sides = [("coach", coaches, lambda d: run_coach(args, d)),
+                     ("bare ", bares, lambda d: run_bare(args.model, args.workers, args.servers, args.epochs,
+                                                         args.batch_size, args.lr, args.momentum, args.seed,
+                                                         args.bare_timeout, log_dir=d / "bare-logs"))]
+            for label, results, run in side_order(sides, round_no):
                 attempts = []  # (foreign share, result, cpu): the least disturbed attempt is kept
                 for attempt in range(1, args.noisy_retries + 2):
                     waited, share = wait_until_quiet(args.quiet_wait)
