@@ -59,12 +59,22 @@ def test_a_host_warms_each_shape_of_a_loaded_module_once(tmp_path):
 
     warmth.want(request(path))
     assert warmth.take(models(path, module), shard_size) is None  # warmed already
-    warmth.want(request(path, data_fraction=0.5))  # a calibration mini-epoch: a shorter shard, one new shape
-    assert warmth.take(models(path, module), shard_size)[2] == {(TRAINING, 16)}
+    warmth.want(request(path, workers=4))  # other counts: shorter shards and validation slices
+    assert warmth.take(models(path, module), shard_size)[2] == {(TRAINING, 16), (VALIDATION, 16)}
 
     reloaded = object()  # the model file changed: its module is warmed again
     warmth.want(request(path))
     assert warmth.take(models(path, reloaded), shard_size)[2] == {(TRAINING, 32), (VALIDATION, 32)}
+
+
+def test_a_calibration_mini_epoch_is_not_warmed_for(tmp_path):
+    """A warm-up beside a mini-epoch would slow the measurement it is; full epochs at those counts warm up."""
+    path, module = tmp_path / "m.py", object()
+    warmth = Warmth()
+    warmth.want(request(path, data_fraction=0.25))
+    assert warmth.take(models(path, module), shard_size) is None
+    warmth.want(request(path))
+    assert warmth.take(models(path, module), shard_size) is not None
 
 
 def test_a_host_warms_at_most_max_shapes_per_module(tmp_path):
