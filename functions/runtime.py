@@ -462,7 +462,6 @@ def _warm_host(host: HostState) -> None:
         log_failure(f"warming up for model file {path} failed; its epochs start cold:", error)
     finally:
         host.warmth.done(path, module, shapes)
-        gc.collect()  # the throw-away model's cycles, before children inherit them
 
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
