@@ -65,7 +65,7 @@ from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
 from functions.noise_scale import NoiseProbe
 from functions.validation import SharedValidation
-from functions.warmup import Warmth, warm_up
+from functions.warmup import Warmth, job_shapes, warm_up
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -455,6 +455,13 @@ def _warm_host(host: HostState) -> None:
     if wanted is None:
         return
     module, sample, shapes, path = wanted
+    _warm(host, path, module, sample, shapes)
+
+
+def _warm(host: HostState, path: str, module, sample, shapes: set) -> None:
+    """`warm_up` under the fork lock, recorded as done even when the model file's code raises (logged)."""
+    if not shapes:
+        return
     try:
         with host.fork_lock:
             warm_up(module, sample, shapes)
@@ -647,9 +654,13 @@ def handle_event(context, event, role: str) -> Any:
     if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
         if role == "worker":
             try:
-                load_model(host, request.model_path)
+                module, data = load_model(host, request.model_path)
             except EpochError as error:  # the model file, its load_data() or its data: logged, rejected
                 return _respond(context, 422, {"error": str(error), "role": role})
+            if request.batch_size is not None:  # before any epoch: calibration then measures warm children too
+                path = str(Path(request.model_path).resolve())
+                shapes = job_shapes(request.batch_size, len(data.get("X_val", ())))
+                _warm(host, path, module, data["X_train"][0], host.warmth.unwarmed(path, module, shapes))
             want_spare(host)  # one that holds the model now
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":

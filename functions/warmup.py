@@ -55,6 +55,23 @@ def epoch_shapes(shard_samples: int, val_samples: int, num_workers: int, batch_s
     return shapes
 
 
+#: The worker counts whose validation slices a job's warm request warms (other counts: at their first full epoch).
+WARM_WORKERS = 4
+
+
+def job_shapes(batch_size: int, val_samples: int, max_workers: int = WARM_WORKERS) -> set[tuple[str, int]]:
+    """The shapes a job's warm request warms, before any epoch: a full training batch and one a sample short (the
+    last batch of a calibration mini-epoch, coach/policy/planning.py), and the validation batches of every rank's
+    slice at 1..max_workers workers. The last batch of a full epoch's shard is warmed at its first full epoch."""
+    shapes = {(TRAINING, rows) for rows in {batch_size, batch_size - 1} if rows > 0}
+    step = batch_size_for_validation(batch_size)
+    for workers in range(1, max_workers + 1):
+        for rank in range(workers):
+            start, end = slice_bounds(val_samples, rank, workers)
+            shapes |= {(VALIDATION, rows) for rows in batch_rows(end - start, step)}
+    return shapes
+
+
 def warm_up(module, sample, shapes: set[tuple[str, int]]) -> None:
     """Run a throw-away model of `module` once per shape, on zeros shaped like `sample` (one input row): with
     autograd for training batches (forward and backward), without for validation batches; then release the
@@ -139,12 +156,18 @@ class Warmth:
             x_train = data["X_train"]
             shapes = epoch_shapes(shard_size(len(x_train), request), len(data.get("X_val", ())),
                                   request.ps.num_workers, request.hyper.batch_size)
-            known, done = self.warmed.get(path, (None, set()))
-            done = done if known is module else set()
-            new = shapes - done
-            if not new or len(done) >= MAX_SHAPES:
-                return None
-            return module, x_train[0], set(sorted(new)[:MAX_SHAPES - len(done)]), path
+            new = self._unwarmed(path, module, shapes)
+            return (module, x_train[0], new, path) if new else None
+
+    def unwarmed(self, path: str, module, shapes: set) -> set:
+        """Those of `shapes` not warmed yet for `module`, as many as MAX_SHAPES still allows."""
+        with self.lock:
+            return self._unwarmed(path, module, shapes)
+
+    def _unwarmed(self, path: str, module, shapes: set) -> set:
+        known, done = self.warmed.get(path, (None, set()))
+        done = done if known is module else set()
+        return set(sorted(shapes - done)[:max(0, MAX_SHAPES - len(done))])
 
     def done(self, path: str, module, shapes: set) -> None:
         """Record `shapes` as warmed for `module` (also after a warm-up that failed: it is not tried again)."""

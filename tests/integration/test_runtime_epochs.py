@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WorkerReply
+from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import REJECTED, Failure, Reply
 from coach.platforms.local import LocalPlatform
@@ -361,3 +361,27 @@ def test_a_worker_host_warms_up_once_per_shape_and_its_warm_children_train_exact
     finally:
         cold_hosts.close()
     assert (warm.loss_sum, warm.correct, warm.val_loss) == (cold.loss_sum, cold.correct, cold.val_loss)
+
+
+def test_a_warm_request_with_the_jobs_batch_warms_the_worker_hosts_before_any_epoch(epochs, tmp_path):
+    """The job's warm request carries its per-worker batch: each worker host warms a training batch, one a sample
+    short (a calibration mini-epoch's last) and the validation slices at 1-4 workers before it answers, so that
+    the first epoch, a calibration point, already runs in a warm child and warms nothing more."""
+    marks = tmp_path / "marks.txt"
+    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + WARM_MARKED)
+
+    def warm_ups() -> list[str]:
+        return sorted(marks.read_text().splitlines()) if marks.exists() else []
+
+    for ref in epochs.refs:
+        if ref.role == "worker":
+            assert isinstance(epochs.platform.invoke(ref, WarmRequest(str(path), batch_size=32), 60), Reply)
+    # 64 validation samples in slices of 64 | 32 | 21, 21, 22 | 16 at 1-4 workers
+    per_host = ["training 31", "training 32", "validation 16", "validation 21", "validation 22", "validation 32",
+                "validation 64"]
+    assert warm_ups() == sorted(per_host * 2)
+
+    results = epochs.run(path)
+
+    assert all(isinstance(r, Reply) for r in results.values()), results
+    assert warm_ups() == sorted(per_host * 2)  # its shard's batches (32) and validation slices (32): warm already

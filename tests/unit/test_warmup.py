@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from functions.warmup import MAX_SHAPES, TRAINING, VALIDATION, Warmth, batch_rows, epoch_shapes, warm_up
+from functions.warmup import (MAX_SHAPES, TRAINING, VALIDATION, Warmth, batch_rows, epoch_shapes, job_shapes,
+                             warm_up)
 
 
 def test_a_pass_sees_a_full_batch_and_a_shorter_last_one():
@@ -27,6 +28,13 @@ def test_an_epoch_runs_its_shards_batches_and_every_ranks_validation_slice():
     assert epoch_shapes(2000, 1001, 2, 64) == {(TRAINING, 64), (TRAINING, 16), (VALIDATION, 256),
                                                (VALIDATION, 244), (VALIDATION, 245)}
     assert epoch_shapes(96, 0, 2, 32) == {(TRAINING, 32)}  # no validation set
+
+
+def test_a_jobs_warm_request_warms_its_batch_a_calibration_batch_and_validation_at_one_to_four_workers():
+    # validation slices of 1,000 samples in batches of 256: 1,000 | 500 | 333, 333, 334 | 250 at 1-4 workers
+    assert job_shapes(64, 1000) == {(TRAINING, 64), (TRAINING, 63), (VALIDATION, 256), (VALIDATION, 232),
+                                    (VALIDATION, 244), (VALIDATION, 77), (VALIDATION, 78), (VALIDATION, 250)}
+    assert job_shapes(1, 0) == {(TRAINING, 1)}  # no batch of 0 rows, no validation set
 
 
 def request(path, batch_size=32, workers=2, data_fraction=1.0):
@@ -65,6 +73,15 @@ def test_a_host_warms_each_shape_of_a_loaded_module_once(tmp_path):
     reloaded = object()  # the model file changed: its module is warmed again
     warmth.want(request(path))
     assert warmth.take(models(path, reloaded), shard_size)[2] == {(TRAINING, 32), (VALIDATION, 32)}
+
+
+def test_shapes_a_warm_request_warmed_are_not_warmed_again(tmp_path):
+    path, module = str(tmp_path / "m.py"), object()
+    warmth = Warmth()
+    first = warmth.unwarmed(path, module, {(TRAINING, 64), (VALIDATION, 256)})
+    warmth.done(path, module, first)
+    assert warmth.unwarmed(path, module, {(TRAINING, 64), (TRAINING, 16)}) == {(TRAINING, 16)}
+    assert warmth.unwarmed(path, object(), {(TRAINING, 64)}) == {(TRAINING, 64)}  # another module
 
 
 def test_a_calibration_mini_epoch_is_not_warmed_for(tmp_path):
