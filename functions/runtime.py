@@ -25,9 +25,7 @@ the samples it trained and, from rank 0, the checkpoint of them: a partial epoch
 
 A host keeps only what the model file gives: its module, its data, and the classes the first worker epoch's shape
 pass found for it (a field of the child's reply that the host takes out); an epoch from a checkpoint, whose file
-gives every shape, then runs no shape pass. A worker host also warms MXNet up, once per model module and batch
-shape, on a throw-away model before it forks the next spare (functions/warmup.py): children start warm, and no
-number an epoch computes changes.
+gives every shape, then runs no shape pass.
 
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
@@ -65,7 +63,6 @@ from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
 from functions.noise_scale import NoiseProbe
 from functions.validation import SharedValidation
-from functions.warmup import Warmth, job_shapes, warm_up
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -135,7 +132,6 @@ class HostState:
     joined_id: str | None = None  # the last announcement a child of this host joined: no other child may join it
     wants_spare: threading.Event = field(default_factory=threading.Event)
     keeper: threading.Thread | None = None
-    warmth: Warmth = field(default_factory=Warmth)  # the batch shapes warmed in this host (functions/warmup.py)
 
 
 def init_host(context) -> None:
@@ -298,9 +294,9 @@ def _die_with_parent() -> None:
 
 
 def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRequest], dict],
-                 started: float | None = None, forked: Callable[[], None] = lambda: None) -> tuple[int, dict]:
+                 started: float | None = None) -> tuple[int, dict]:
     """Fork, run `work(request)` in the child, and return (HTTP status, reply) within the request's deadline
-    (counted from `started`, the monotonic clock; default now); `forked()` is called once the child runs."""
+    (counted from `started`, the monotonic clock; default now)."""
     started = time.monotonic() if started is None else started
     with host.fork_lock:
         read_fd, write_fd = os.pipe()
@@ -311,7 +307,6 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
             _forked(host, parent_pid)
             _run_and_reply(request, work, started, write_fd)
         os.close(write_fd)
-    forked()
     return _await_reply(host, pid, read_fd, started, request.deadline_s)
 
 
@@ -332,9 +327,7 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
         joined_here = request.rendezvous_id is not None and request.rendezvous_id == host.joined_id
         current = spare is not None and spare.generation == host.generation and spare.serves(request, joined_here)
         host.ahead = None if request.next is None else (request.role, request.next)
-    if request.role == "worker":
-        host.warmth.want(request)  # the keeper warms the host for its shapes before it forks the next spare
-    # the next spare is wanted once this epoch's child runs: the keeper's warm-up holds the fork lock
+    want_spare(host)
     if current and _alive(spare.pid):
         try:
             _write_frame(spare.request_fd, json.dumps({"request": request.to_dict(), "started_s": started}))
@@ -342,16 +335,14 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
             pass
         else:
             os.close(spare.request_fd)
-            want_spare(host)
             return _await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
     if spare is not None:  # forked before a model was loaded, joined elsewhere, or dead: fork as usual
         _drop(spare)
     if joined_here:
-        want_spare(host)
         return 500, {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the model "
                               "file changed, or it died): run the epoch on fresh functions",
                      "wall_s": time.monotonic() - started}
-    return run_in_child(host, request, lambda r: epoch_work(host, r), started, forked=lambda: want_spare(host))
+    return run_in_child(host, request, lambda r: epoch_work(host, r), started)
 
 
 def _alive(pid: int) -> bool:
@@ -420,7 +411,6 @@ def _keep_spare(host: HostState) -> None:
     while True:
         host.wants_spare.wait()
         host.wants_spare.clear()
-        _warm_host(host)  # first: the spare forked next inherits it
         with host.keeping:
             with host.lock:
                 stale = host.spare if host.spare is not None and host.spare.generation != host.generation else None
@@ -442,33 +432,6 @@ def _keep_spare(host: HostState) -> None:
                 host.spare = spare  # none was stored meanwhile: only the keeper stores, epochs wait for it
                 if ahead is not None:
                     host.joined_id = ahead[1].id
-
-
-def _warm_host(host: HostState) -> None:
-    """Warm MXNet in this host for the batch shapes of the last worker request, once per model module and shape
-    (functions/warmup.py): every child forked after it starts warm. Holds the fork lock meanwhile, so that no child
-    is forked while the host's MXNet engine runs; a warm-up that fails is logged and not tried again (the epochs
-    start cold, and show the model file's own faults themselves)."""
-    with host.lock:
-        models = dict(host.models)
-    wanted = host.warmth.take(models, _shard_size)
-    if wanted is None:
-        return
-    module, sample, shapes, path = wanted
-    _warm(host, path, module, sample, shapes)
-
-
-def _warm(host: HostState, path: str, module, sample, shapes: set) -> None:
-    """`warm_up` under the fork lock, recorded as done even when the model file's code raises (logged)."""
-    if not shapes:
-        return
-    try:
-        with host.fork_lock:
-            warm_up(module, sample, shapes)
-    except Exception as error:  # noqa: BLE001 - the model file's code: anything it raises
-        log_failure(f"warming up for model file {path} failed; its epochs start cold:", error)
-    finally:
-        host.warmth.done(path, module, shapes)
 
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
@@ -654,13 +617,9 @@ def handle_event(context, event, role: str) -> Any:
     if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
         if role == "worker":
             try:
-                module, data = load_model(host, request.model_path)
+                load_model(host, request.model_path)
             except EpochError as error:  # the model file, its load_data() or its data: logged, rejected
                 return _respond(context, 422, {"error": str(error), "role": role})
-            if request.batch_size is not None:  # before any epoch: calibration then measures warm children too
-                path = str(Path(request.model_path).resolve())
-                shapes = job_shapes(request.batch_size, len(data.get("X_val", ())))
-                _warm(host, path, module, data["X_train"][0], host.warmth.unwarmed(path, module, shapes))
             want_spare(host)  # one that holds the model now
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":

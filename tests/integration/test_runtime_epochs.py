@@ -12,13 +12,12 @@ import math
 import os
 import textwrap
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import REJECTED, Failure, Reply
 from coach.platforms.local import LocalPlatform
@@ -237,37 +236,31 @@ def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epoch
     assert rank0.val_accuracy == correct / 65
 
 
-def marked(condition: str, mark: str) -> str:
-    """A model file whose forward pass appends `mark` (an f-string expression) to the file MARKS when `condition`
-    holds (both Python expressions of `x`, the input)."""
-    return textwrap.dedent("""
-        import numpy as np
-        from mxnet import autograd, gluon
+MARKED = """
+    import numpy as np
+    from mxnet import autograd, gluon
 
-        class Net(gluon.nn.Block):
-            def __init__(self):
-                super().__init__()
-                self.body = gluon.nn.Sequential()
-                self.body.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
+    class Net(gluon.nn.Block):
+        def __init__(self):
+            super().__init__()
+            self.body = gluon.nn.Sequential()
+            self.body.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
 
-            def forward(self, x):
-                if <CONDITION>:
-                    with open(MARKS, "a") as marks:
-                        marks.write(<MARK> + "\\n")
-                return self.body(x)
+        def forward(self, x):
+            if x.shape[0] == 1 and not autograd.is_training():  # the worker's shape pass
+                with open(MARKS, "a") as marks:
+                    marks.write("shape pass\\n")
+            return self.body(x)
 
-        def build_model():
-            return Net()
+    def build_model():
+        return Net()
 
-        def load_data():
-            rng = np.random.RandomState(0)
-            x = rng.rand(256, 8).astype("float32") + 0.01  # never all zero
-            y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
-            return x[:192], y[:192], x[192:], y[192:]
-    """).replace("<CONDITION>", condition).replace("<MARK>", mark)
-
-
-MARKED = marked('x.shape[0] == 1 and not autograd.is_training()', '"shape pass"')  # the worker's shape pass
+    def load_data():
+        rng = np.random.RandomState(0)
+        x = rng.rand(256, 8).astype("float32")
+        y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
+        return x[:192], y[:192], x[192:], y[192:]
+"""
 
 
 def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the_classes_and_trains_the_same(
@@ -276,7 +269,7 @@ def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the
     in a child forked after that, needs no shape pass, and trains exactly as an epoch with one (after the model
     file changes, the host forgets the classes)."""
     marks = tmp_path / "marks.txt"
-    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + MARKED)
+    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + textwrap.dedent(MARKED))
 
     def shape_passes() -> int:
         return len(marks.read_text().splitlines()) if marks.exists() else 0
@@ -320,68 +313,3 @@ def test_in_a_long_shard_one_workers_infinite_loss_still_stops_both_workers_at_t
     steps = bodies[0]["samples"] // 32
     assert steps <= 2 or steps % PROBE_EVERY_STEPS == 0  # it stopped right after a read
     assert [b["checkpoint_saved"] for b in bodies] == [None, None]
-
-
-# zeros: the host's warm-up (the data are never all zero)
-WARM_MARKED = marked("float(x.abs().sum().asscalar()) == 0",
-                     "f\"{'training' if autograd.is_training() else 'validation'} {x.shape[0]}\"")
-
-
-def test_a_worker_host_warms_up_once_per_shape_and_its_warm_children_train_exactly_as_cold_ones(epochs, tmp_path):
-    """After its first worker epoch, each worker host runs the epoch's batch shapes once on a throw-away model
-    (functions/warmup.py); children forked after that compute the same numbers as the children of hosts that never
-    warmed up."""
-    marks = tmp_path / "marks.txt"
-    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + WARM_MARKED)
-
-    def warm_ups() -> list[str]:
-        return sorted(marks.read_text().splitlines()) if marks.exists() else []
-
-    def rank0(results) -> WorkerReply:
-        assert all(isinstance(r, Reply) for r in results.values()), results
-        return next(r for r in (WorkerReply.from_dict(r.body) for r in epochs.workers(results)) if r.rank == 0)
-
-    first = rank0(epochs.run(path))
-    waited = time.monotonic() + 60
-    while len(warm_ups()) < 4 and time.monotonic() < waited:  # the keepers warm up after the epoch has started
-        time.sleep(0.05)
-    # each of the two worker hosts: its shard's batches (96 samples, batch 32) and its validation slice (32 samples)
-    assert warm_ups() == ["training 32", "training 32", "validation 32", "validation 32"]
-
-    step = epochs.step + 1
-    warm = rank0(epochs.run(path, checkpoint_load=first.checkpoint_saved, step=step))
-    rank0(epochs.run(path, checkpoint_load=first.checkpoint_saved))
-    assert len(warm_ups()) == 4  # the same shapes: warmed once
-
-    cold_hosts = Epochs(tmp_path / "cold")  # hosts that never warmed up: their first epoch runs cold
-    try:
-        results = cold_hosts.run(path, checkpoint_load=first.checkpoint_saved, step=step)
-        assert all(isinstance(r, Reply) for r in results.values()), results
-        cold = next(r for r in (WorkerReply.from_dict(r.body) for r in cold_hosts.workers(results)) if r.rank == 0)
-    finally:
-        cold_hosts.close()
-    assert (warm.loss_sum, warm.correct, warm.val_loss) == (cold.loss_sum, cold.correct, cold.val_loss)
-
-
-def test_a_warm_request_with_the_jobs_batch_warms_the_worker_hosts_before_any_epoch(epochs, tmp_path):
-    """The job's warm request carries its per-worker batch: each worker host warms a training batch, one a sample
-    short (a calibration mini-epoch's last) and the validation slices at 1-4 workers before it answers, so that
-    the first epoch, a calibration point, already runs in a warm child and warms nothing more."""
-    marks = tmp_path / "marks.txt"
-    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + WARM_MARKED)
-
-    def warm_ups() -> list[str]:
-        return sorted(marks.read_text().splitlines()) if marks.exists() else []
-
-    for ref in epochs.refs:
-        if ref.role == "worker":
-            assert isinstance(epochs.platform.invoke(ref, WarmRequest(str(path), batch_size=32), 60), Reply)
-    # 64 validation samples in slices of 64 | 32 | 21, 21, 22 | 16 at 1-4 workers
-    per_host = ["training 31", "training 32", "validation 16", "validation 21", "validation 22", "validation 32",
-                "validation 64"]
-    assert warm_ups() == sorted(per_host * 2)
-
-    results = epochs.run(path)
-
-    assert all(isinstance(r, Reply) for r in results.values()), results
-    assert warm_ups() == sorted(per_host * 2)  # its shard's batches (32) and validation slices (32): warm already
