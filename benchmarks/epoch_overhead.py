@@ -8,11 +8,12 @@ Runs the same model, data, epochs and (workers, servers) twice:
 * **bare** - `benchmarks/bare_dist_sync.py`: scheduler, servers and workers started once, all epochs in one go;
   rank 0 times each epoch (start of the loop iteration -> after its validation).
 
-It prints the median per-epoch wall time of each side and their ratio (coach / bare); the goal is <= 1.3 for
-LeNet with 2 workers and 1 server. First-epoch times are shown separately: Coach's first epoch includes loading
+It prints the median per-epoch wall time of each side and their ratio (coach / bare); the goal is <= 1.15 for
+LeNet with 2 workers and 1 server (issue 13). First-epoch times are shown separately: Coach's first epoch includes loading
 the data in the worker hosts unless its controller warms them first (the output says which), and the bare run
 loads it before its epoch loop. Other processes' CPU use during each side is reported: on a small machine a
-concurrent test run skews the figures, and `--rounds N` alternates the two sides N times to average that out.
+concurrent test run skews the figures, and `--rounds N` measures both sides N times, alternating
+which runs first, to average that out.
 
 For the Coach side it also prints where each epoch's time goes, from what every invocation reports (HTTP
 duration measured by the controller, `wall_s` and `compute_s` measured in the forked child).

@@ -143,12 +143,17 @@ def init_host(context) -> None:
     want_spare(context.user_data.host)
 
 
+def _model_key(model_path: str) -> str:
+    """The key of a model file in a host's caches (`models`, `classes`): its resolved path."""
+    return str(Path(model_path).resolve())
+
+
 def load_model(host: HostState, model_path: str):
     """Import a model file and call its `load_data()` once per host (cached until the file changes).
 
     Every problem is an EpochError naming the model file; what the model file itself raised is logged with its
     traceback."""
-    path = str(Path(model_path).resolve())
+    path = _model_key(model_path)
     try:
         mtime = os.stat(path).st_mtime
     except OSError as error:
@@ -370,7 +375,7 @@ UNKNOWN = object()  # no epoch of the loaded module has told its classes yet
 
 def known_classes(host: HostState, model_path: str, module) -> Any:
     """The classes a shape pass found for `module` (int or None), or UNKNOWN."""
-    found = host.classes.get(str(Path(model_path).resolve()))
+    found = host.classes.get(_model_key(model_path))
     return found[1] if found is not None and found[0] is module else UNKNOWN
 
 
@@ -380,7 +385,7 @@ def learn_classes(host: HostState, model_path: str, module, reply: dict) -> None
     if CLASSES_FIELD not in reply:
         return
     classes = reply.pop(CLASSES_FIELD)
-    path = str(Path(model_path).resolve())
+    path = _model_key(model_path)
     with host.lock:
         loaded = host.models.get(path)
         if loaded is not None and loaded[1] is module and (classes is None or isinstance(classes, int)):
@@ -954,7 +959,8 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
             check = probe_data.sum()  # read before the next step's push
         if steps in (1, halfway):
             marks[steps] = time.monotonic()
-    return loss_sum, correct, samples, samples > 0 and not math.isfinite(probe_data.sum().asscalar()), marks
+    final = check if check is not None else probe_data.sum()  # created after the last step already, or now
+    return loss_sum, correct, samples, samples > 0 and not math.isfinite(final.asscalar()), marks
 
 
 def _finite_parameters(net) -> bool:
