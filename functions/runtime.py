@@ -25,7 +25,10 @@ the samples it trained and, from rank 0, the checkpoint of them: a partial epoch
 
 A host keeps only what the model file gives: its module, its data, and the classes the first worker epoch's shape
 pass found for it (a field of the child's reply that the host takes out); an epoch from a checkpoint, whose file
-gives every shape, then runs no shape pass.
+gives every shape, then runs no shape pass. At the job's warm request, before any epoch, a worker host also warms
+MXNet up for every batch shape the job's epochs use at 1-4 workers, on a throw-away model (functions/warmup.py):
+every child forked after it starts warm, and no number an epoch computes changes. Nothing is warmed while an epoch
+runs: on two shared CPUs that would slow the epoch (and a calibration mini-epoch, which is a measurement).
 
 Side effects: forks processes, reads the model file, reads and writes checkpoint files named in the event.
 """
@@ -62,7 +65,9 @@ from coach.domain.deadlines import training_stop_s
 from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
 from functions.noise_scale import NoiseProbe
+from functions.shards import shard_samples
 from functions.validation import SharedValidation
+from functions.warmup import Warmth, job_shapes, warm_up
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -132,6 +137,7 @@ class HostState:
     joined_id: str | None = None  # the last announcement a child of this host joined: no other child may join it
     wants_spare: threading.Event = field(default_factory=threading.Event)
     keeper: threading.Thread | None = None
+    warmth: Warmth = field(default_factory=Warmth)  # the batch shapes warmed in this host (functions/warmup.py)
 
 
 def init_host(context) -> None:
@@ -439,6 +445,25 @@ def _keep_spare(host: HostState) -> None:
                     host.joined_id = ahead[1].id
 
 
+def warm_host(host: HostState, model_path: str, module, data: dict, batch_size: int) -> None:
+    """Warm MXNet in this worker host for the batch shapes of a job's epochs at 1-4 workers (functions/warmup.py),
+    those not warmed yet for `module`: every child forked after it starts warm. Holds the fork lock meanwhile, so that
+    no child is forked while the host's MXNet engine runs; a warm-up that fails is logged and not tried again (the
+    epochs start cold, and show the model file's own faults themselves)."""
+    path = _model_key(model_path)
+    shapes = host.warmth.unwarmed(path, module, job_shapes(batch_size, len(data["X_train"]),
+                                                           len(data.get("X_val", ()))))
+    if not shapes:
+        return
+    try:
+        with host.fork_lock:
+            warm_up(module, data["X_train"][0], shapes)
+    except Exception as error:  # noqa: BLE001 - the model file's code: anything it raises
+        log_failure(f"warming up for model file {model_path} failed; its epochs start cold:", error)
+    finally:
+        host.warmth.done(path, module, shapes)
+
+
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
     with host.fork_lock:
         request_read, request_write = os.pipe()
@@ -622,9 +647,11 @@ def handle_event(context, event, role: str) -> Any:
     if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
         if role == "worker":
             try:
-                load_model(host, request.model_path)
+                module, data = load_model(host, request.model_path)
             except EpochError as error:  # the model file, its load_data() or its data: logged, rejected
                 return _respond(context, 422, {"error": str(error), "role": role})
+            if request.batch_size is not None:  # before any epoch: calibration then measures warm children too
+                warm_host(host, request.model_path, module, data, request.batch_size)
             want_spare(host)  # one that holds the model now
         return _respond(context, 200, {"warm": True, "role": role})
     if role == "worker":
@@ -682,9 +709,7 @@ def serve_ps_node(role: str, ps: PsAddress) -> dict:
 
 def _shard_size(num_samples: int, request: EpochRequest) -> int:
     """How many samples each worker trains on (the same for every rank)."""
-    num_workers = request.ps.num_workers
-    keep = max(num_workers, int(math.ceil(num_samples * request.data_fraction)))
-    return min(keep, num_samples) // num_workers
+    return shard_samples(num_samples, request.ps.num_workers, request.data_fraction)
 
 
 def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:

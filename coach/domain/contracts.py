@@ -275,22 +275,26 @@ class EpochRequest:
 
 @dataclass(frozen=True)
 class WarmRequest:
-    """Load the model file and its data now, not inside the first timed epoch."""
+    """Load the model file and its data now, not inside the first timed epoch; with the job's per-worker batch
+    size, also warm MXNet up for its batch shapes (functions/warmup.py), so that calibration measures the warm
+    children the epochs will run in."""
 
     model_path: str
+    batch_size: int | None = None
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "action": "warm", "model": {"path": self.model_path}}
+        body = {"schema": SCHEMA, "action": "warm", "model": {"path": self.model_path}}
+        return body if self.batch_size is None else {**body, "batch_size": self.batch_size}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "WarmRequest":
         _check_schema(data)
-        _only(data, ("schema", "action", "model"))
+        _only(data, ("schema", "action", "model", "batch_size"))
         if data.get("action") != "warm":
             raise ContractError("action", f"expected 'warm', got {data.get('action')!r}")
         model = _mapping(data, "model")
         _only(model, ("path",), "model.")
-        return cls(_text(model, "path", "model."))
+        return cls(_text(model, "path", "model."), _int(data, "batch_size", "", minimum=1, optional=True))
 
 
 # --------------------------------------------------------------------------- replies

@@ -293,7 +293,7 @@ class Driver:
             took_s = max((getattr(r, "duration_s", 0.0) for r in failures), default=0.0)
             workers = [r for r in refs if r.fid.role == Role.WORKER]
             if not failures and workers:  # load the model and its data now, not inside the first timed epoch
-                warm = WarmRequest(command.model_path)
+                warm = WarmRequest(command.model_path, command.batch_size)
                 warmed = fan_out.together(platform, workers, lambda ref: warm, 600.0)
                 took_s = max(took_s, warmed.wall_s)
                 if warmed.failure:

@@ -41,6 +41,7 @@ class Deploy:
 
     placements: tuple[tuple[FunctionId, str], ...]  # function and its node
     model_path: str  # what the workers load while warming
+    batch_size: int | None = None  # the job's per-worker batch: the shapes the workers warm up for
 
 
 @dataclass(frozen=True)

@@ -388,7 +388,8 @@ class JobLifecycle:
     def _deploy(self, ids: tuple[FunctionId, ...]) -> list[cmd.Command]:
         self.awaiting = Awaiting.DEPLOY
         self._show("deploying", f"{len(ids)} functions")
-        return [cmd.Deploy(tuple((fid, self.bound[fid]) for fid in ids), str(self.spec.model_path))]
+        return [cmd.Deploy(tuple((fid, self.bound[fid]) for fid in ids), str(self.spec.model_path),
+                           self.spec.batch_size)]
 
     def _on_deployed(self, event: ev.Deployed) -> list[cmd.Command]:
         if self.awaiting != Awaiting.DEPLOY:

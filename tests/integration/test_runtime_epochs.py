@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WorkerReply
+from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import REJECTED, Failure, Reply
 from coach.platforms.local import LocalPlatform
@@ -236,31 +236,37 @@ def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epoch
     assert rank0.val_accuracy == correct / 65
 
 
-MARKED = """
-    import numpy as np
-    from mxnet import autograd, gluon
+def marked(condition: str, mark: str) -> str:
+    """A model file whose forward pass appends `mark` (an f-string expression) to the file MARKS when `condition`
+    holds (both Python expressions of `x`, the input)."""
+    return textwrap.dedent("""
+        import numpy as np
+        from mxnet import autograd, gluon
 
-    class Net(gluon.nn.Block):
-        def __init__(self):
-            super().__init__()
-            self.body = gluon.nn.Sequential()
-            self.body.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
+        class Net(gluon.nn.Block):
+            def __init__(self):
+                super().__init__()
+                self.body = gluon.nn.Sequential()
+                self.body.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(10))
 
-        def forward(self, x):
-            if x.shape[0] == 1 and not autograd.is_training():  # the worker's shape pass
-                with open(MARKS, "a") as marks:
-                    marks.write("shape pass\\n")
-            return self.body(x)
+            def forward(self, x):
+                if <CONDITION>:
+                    with open(MARKS, "a") as marks:
+                        marks.write(<MARK> + "\\n")
+                return self.body(x)
 
-    def build_model():
-        return Net()
+        def build_model():
+            return Net()
 
-    def load_data():
-        rng = np.random.RandomState(0)
-        x = rng.rand(256, 8).astype("float32")
-        y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
-        return x[:192], y[:192], x[192:], y[192:]
-"""
+        def load_data():
+            rng = np.random.RandomState(0)
+            x = rng.rand(256, 8).astype("float32") + 0.01  # never all zero
+            y = (x.sum(axis=1) * 10 / 8).astype("int64") % 10
+            return x[:192], y[:192], x[192:], y[192:]
+    """).replace("<CONDITION>", condition).replace("<MARK>", mark)
+
+
+MARKED = marked('x.shape[0] == 1 and not autograd.is_training()', '"shape pass"')  # the worker's shape pass
 
 
 def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the_classes_and_trains_the_same(
@@ -269,7 +275,7 @@ def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the
     in a child forked after that, needs no shape pass, and trains exactly as an epoch with one (after the model
     file changes, the host forgets the classes)."""
     marks = tmp_path / "marks.txt"
-    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + textwrap.dedent(MARKED))
+    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + MARKED)
 
     def shape_passes() -> int:
         return len(marks.read_text().splitlines()) if marks.exists() else 0
@@ -313,3 +319,54 @@ def test_in_a_long_shard_one_workers_infinite_loss_still_stops_both_workers_at_t
     steps = bodies[0]["samples"] // 32
     assert steps <= 2 or steps % PROBE_EVERY_STEPS == 0  # it stopped right after a read
     assert [b["checkpoint_saved"] for b in bodies] == [None, None]
+
+
+# zeros: the host's warm-up (the data are never all zero)
+WARM_MARKED = marked("float(x.abs().sum().asscalar()) == 0",
+                     "f\"{'training' if autograd.is_training() else 'validation'} {x.shape[0]}\"")
+
+
+def test_a_warm_request_with_the_jobs_batch_warms_each_worker_host_once_per_shape_and_changes_no_number(epochs,
+                                                                                                       tmp_path):
+    """The job's warm request carries its per-worker batch: before it answers, each worker host runs every batch
+    shape the job's epochs use at 1-4 workers once on a throw-away model (functions/warmup.py). Epochs warm nothing
+    (a warm-up beside one would slow it), and its children compute exactly what the children of hosts that never
+    warmed up compute."""
+    marks = tmp_path / "marks.txt"
+    path = model_file(tmp_path, f"MARKS = {str(marks)!r}\n" + WARM_MARKED)
+
+    def warm_ups() -> list[str]:
+        return sorted(marks.read_text().splitlines()) if marks.exists() else []
+
+    def warm() -> None:
+        for ref in epochs.refs:
+            if ref.role == "worker":
+                assert isinstance(epochs.platform.invoke(ref, WarmRequest(str(path), batch_size=32), 60), Reply)
+
+    def rank0(runs, results) -> WorkerReply:
+        assert all(isinstance(r, Reply) for r in results.values()), results
+        return next(r for r in (WorkerReply.from_dict(r.body) for r in runs.workers(results)) if r.rank == 0)
+
+    warm()
+    # 192 training samples in shards of 192 | 96 | 64 | 48 (batch 32), 64 validation samples in slices of
+    # 64 | 32 | 21, 21, 22 | 16 at 1-4 workers; 31: a calibration mini-epoch's last batch
+    per_host = ["training 16", "training 31", "training 32", "validation 16", "validation 21", "validation 22",
+                "validation 32", "validation 64"]
+    assert warm_ups() == sorted(per_host * 2)
+    warm()  # another job's warm request for the same model: nothing new
+    assert warm_ups() == sorted(per_host * 2)
+
+    step = epochs.step + 1  # the step seeds the shuffle: both sides run the same ones
+    first = rank0(epochs, epochs.run(path, step=step))
+    second = rank0(epochs, epochs.run(path, checkpoint_load=first.checkpoint_saved, step=step + 1))
+    assert warm_ups() == sorted(per_host * 2)  # the epochs warmed nothing
+
+    cold_hosts = Epochs(tmp_path / "cold")  # hosts that never warmed up: their children start cold
+    try:
+        cold_first = rank0(cold_hosts, cold_hosts.run(path, step=step))
+        cold_second = rank0(cold_hosts, cold_hosts.run(path, checkpoint_load=first.checkpoint_saved, step=step + 1))
+    finally:
+        cold_hosts.close()
+    for warm_reply, cold_reply in ((first, cold_first), (second, cold_second)):
+        assert (warm_reply.loss_sum, warm_reply.correct, warm_reply.val_loss) == \
+            (cold_reply.loss_sum, cold_reply.correct, cold_reply.val_loss)

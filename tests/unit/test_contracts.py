@@ -61,6 +61,7 @@ def through_json(data: dict) -> dict:
     HYPER,
     Hyper(batch_size=32, optimizer="nag", learning_rate=0.1),
     WarmRequest(model_path="jobs/models/lenet.py"),
+    WarmRequest(model_path="jobs/models/lenet.py", batch_size=64),
     WorkerReply(rank=0, num_workers=2, loss_sum=123.5, samples=1000, correct=870, compute_s=0.57,
                 checkpoint_saved="results/ckpt/j-3", val_loss=0.19, val_accuracy=0.94, val_samples=1400),
     WorkerReply(rank=1, num_workers=2, loss_sum=120.0, samples=1000, correct=880, compute_s=0.55,
@@ -71,7 +72,7 @@ def through_json(data: dict) -> dict:
                 checkpoint_saved=None, diverged=True),
     PsNodeReply(compute_s=1.25),
 ], ids=["epoch", "calibration-scheduler", "server-int-rate", "ps", "hyper", "hyper-defaults", "warm",
-        "worker-rank0", "worker-rank1", "worker-diverged-no-loss", "worker-diverged-with-loss", "ps-node"])
+        "warm-batch", "worker-rank0", "worker-rank1", "worker-diverged-no-loss", "worker-diverged-with-loss", "ps-node"])
 def test_to_dict_then_from_dict_gives_an_equal_object(contract):
     data = through_json(contract.to_dict())
 
@@ -304,7 +305,9 @@ def test_the_first_bad_field_is_named_in_the_order_the_request_is_written():
     ({"action": "warm", "model": {"path": "m.py"}, "schema": 0},
      "schema: version 0 is not supported (this side speaks 1)"),
     ({"action": "cancel", "model": {"path": "m.py"}}, "action: expected 'warm', got 'cancel'"),
-], ids=["no-model", "no-path", "path-int", "extra", "schema", "other-action"])
+    ({"action": "warm", "model": {"path": "m.py"}, "batch_size": 0}, "batch_size: must be >= 1, got 0"),
+    ({"action": "warm", "model": {"path": "m.py"}, "batch_size": "64"}, "batch_size: expected an integer, got str"),
+], ids=["no-model", "no-path", "path-int", "extra", "schema", "other-action", "batch-zero", "batch-text"])
 def test_a_malformed_warm_request_names_the_field(body, message):
     with pytest.raises(ContractError) as caught:
         WarmRequest.from_dict(body)

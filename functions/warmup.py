@@ -1,0 +1,137 @@
+"""A worker host warms MXNet up, at the job's warm request and before any epoch, for every batch shape the job's
+epochs run at 1 to WARM_WORKERS workers, so that every child forked after that starts warm.
+
+Why: a stateless epoch runs in a freshly forked child, and the first steps of a training loop in a fresh process
+pay for what the process has not done yet: the oneDNN primitives of each layer at each batch shape (generated
+code, kept in a process-wide cache), first allocations, first calls. A child inherits the host's cache through
+fork and only reads it, so the host pays once per model file and shape, and no epoch pays again. Measured (one
+process without a kvstore, children forked alternately from a cold and a warmed host): LeNet's 2,000-sample loop
+took 1.079 s cold, 1.018 s with only the full batch warmed and 0.978 s with its last, shorter batch warmed too;
+ResNet-18's first four steps at batch 128 took 5.01 s cold and 4.68 s warm. The loss is the same bit for bit.
+
+When: only at the warm request, never while an epoch runs. A warm-up beside a running epoch takes the two shared
+CPUs from it: ResNet-18's calibration mini-epochs at (2,1) and (3,1) then took 10.4-10.7 s with 2.0-2.7 s of
+start-up instead of 6.3-6.4 s and 0.3 s, and its speed predictions went 22.7% off (benchmarks/README.md).
+
+What the warm-up leaves in the host: nothing an epoch reads, and not the memory it used (`release_memory`). Its
+model is built from the host's module in a name scope of its own (an epoch's parameter names are unchanged),
+initialised, run on zeros and dropped; every epoch seeds MXNet's generator before building its own model. The
+forward passes outside training use the inference kernels the validation uses; the layout they give the
+throw-away parameters is dropped with them.
+
+Side effects: runs the model file's build_model() and forward passes in the calling process.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from functions.shards import shard_samples
+from functions.validation import batch_size_for_validation, slice_bounds
+
+#: At most this many batch shapes are warmed per loaded model module (a job's are about a dozen).
+MAX_SHAPES = 32
+
+#: The worker counts whose shapes a warm request warms; an epoch at more workers runs its other shapes cold.
+WARM_WORKERS = 4
+
+TRAINING, VALIDATION = "training", "validation"
+
+
+def batch_rows(samples: int, batch_size: int) -> set[int]:
+    """The batch sizes a pass over `samples` in batches of `batch_size` sees: a full batch and a shorter last one."""
+    if samples <= 0:
+        return set()
+    rows = {min(batch_size, samples)}
+    if samples > batch_size and samples % batch_size:
+        rows.add(samples % batch_size)
+    return rows
+
+
+def job_shapes(batch_size: int, train_samples: int, val_samples: int,
+               max_workers: int = WARM_WORKERS) -> set[tuple[str, int]]:
+    """(pass, rows) of every batch a job's epochs run at 1..max_workers workers: a full training batch, one a
+    sample short (the last batch of a calibration mini-epoch, coach/policy/planning.py), the last batch of a full
+    epoch's shard, and the validation batches of every rank's slice (contiguous slices in larger batches,
+    functions/validation.py)."""
+    shapes = {(TRAINING, rows) for rows in {batch_size, batch_size - 1} if rows > 0}
+    step = batch_size_for_validation(batch_size)
+    for workers in range(1, max_workers + 1):
+        shard = shard_samples(train_samples, workers) if train_samples >= workers else 0
+        shapes |= {(TRAINING, rows) for rows in batch_rows(shard, batch_size)}
+        for rank in range(workers):
+            start, end = slice_bounds(val_samples, rank, workers)
+            shapes |= {(VALIDATION, rows) for rows in batch_rows(end - start, step)}
+    return shapes
+
+
+def warm_up(module, sample, shapes: set[tuple[str, int]]) -> None:
+    """Run a throw-away model of `module` once per shape, on zeros shaped like `sample` (one input row): with
+    autograd for training batches (forward and backward), without for validation batches; then release the
+    memory it used. Raises what the model file raised."""
+    try:
+        _run_once(module, sample, shapes)  # its arrays are dropped with its frame
+    finally:
+        release_memory()
+
+
+def _run_once(module, sample, shapes: set[tuple[str, int]]) -> None:
+    import mxnet as mx
+    from mxnet import autograd
+
+    with mx.name.NameManager():  # its own name counter: the next epoch's model gets the names it would have had
+        net = module.build_model()
+    net.initialize(mx.init.Xavier())
+    for kind, rows in sorted(shapes):
+        inputs = mx.nd.zeros((rows,) + tuple(sample.shape), dtype=sample.dtype)
+        if kind == TRAINING:
+            with autograd.record():
+                out = net(inputs)
+            out.backward()
+        else:
+            net(inputs)
+    mx.nd.waitall()
+
+
+def release_memory() -> None:
+    """Give the memory the warm-up used back to the system: MXNet's pool of freed arrays, then glibc's free heap.
+
+    Why: a child forked later would otherwise reuse those pages, which it shares with the host, and every first
+    write to one copies it (copy-on-write), where a page it gets fresh only has to be zeroed. Measured (LeNet, one
+    process, 12 alternating pairs of children, twice): the loop took 0.913 and 0.840 s from a host that released it,
+    0.950 and 0.864 s from one that did not; the child's system time 0.086 and 0.079 s against 0.104 and 0.101 s."""
+    import ctypes
+    import gc
+
+    import mxnet as mx
+
+    gc.collect()  # a Gluon block's reference cycles hold its arrays
+    mx.nd.waitall()
+    mx.cpu().empty_cache()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its heap stays as it is
+        pass
+
+
+@dataclass
+class Warmth:
+    """The shapes a worker host has warmed, per model file, for the module loaded from it (a reloaded file is
+    warmed again). Warm requests of several jobs may arrive at once: the lock keeps the record whole."""
+
+    warmed: dict[str, tuple[object, set]] = field(default_factory=dict)  # model path -> (module, shapes warmed)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def unwarmed(self, path: str, module, shapes: set) -> set:
+        """Those of `shapes` not warmed yet for `module`, as many as MAX_SHAPES still allows."""
+        with self.lock:
+            known, done = self.warmed.get(path, (None, set()))
+            done = done if known is module else set()
+            return set(sorted(shapes - done)[:max(0, MAX_SHAPES - len(done))])
+
+    def done(self, path: str, module, shapes: set) -> None:
+        """Record `shapes` as warmed for `module` (also after a warm-up that failed: it is not tried again)."""
+        with self.lock:
+            known, done = self.warmed.get(path, (None, set()))
+            self.warmed[path] = (module, (done if known is module else set()) | shapes)
