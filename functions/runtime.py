@@ -447,9 +447,9 @@ def _keep_spare(host: HostState) -> None:
 
 def warm_host(host: HostState, model_path: str, module, data: dict, batch_size: int) -> None:
     """Warm MXNet in this worker host for the batch shapes of a job's epochs at 1-4 workers (functions/warmup.py),
-    those not warmed yet for `module`: every child forked after it starts warm. Holds the fork lock meanwhile, so that
-    no child is forked while the host's MXNet engine runs; a warm-up that fails is logged and not tried again (the
-    epochs start cold, and show the model file's own faults themselves)."""
+    those not tried yet for `module`, the most used first, within WARM_UP_LIMIT_S: every child forked after it starts
+    warm. Holds the fork lock meanwhile, so that no child is forked while the host's MXNet engine runs; a warm-up
+    that fails is logged and not tried again (the epochs start cold, and show the model file's own faults)."""
     path = _model_key(model_path)
     shapes = host.warmth.unwarmed(path, module, job_shapes(batch_size, len(data["X_train"]),
                                                            len(data.get("X_val", ()))))
@@ -461,7 +461,7 @@ def warm_host(host: HostState, model_path: str, module, data: dict, batch_size: 
     except Exception as error:  # noqa: BLE001 - the model file's code: anything it raises
         log_failure(f"warming up for model file {model_path} failed; its epochs start cold:", error)
     finally:
-        host.warmth.done(path, module, shapes)
+        host.warmth.done(path, module, shapes)  # also those the time limit left out: a host warms a job once
 
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:

@@ -25,6 +25,7 @@ Side effects: runs the model file's build_model() and forward passes in the call
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from functions.shards import shard_samples
@@ -35,6 +36,12 @@ MAX_SHAPES = 32
 
 #: The worker counts whose shapes a warm request warms; an epoch at more workers runs its other shapes cold.
 WARM_WORKERS = 4
+
+#: A host stops warming once it has spent this long (after the shape it is on): the job waits for it before its
+#: first epoch. Measured per worker host, one thread: LeNet's 12 shapes take 0.47 s in all; ResNet-18's (56x56,
+#: batch 128) 8.6 s, about 1.2 s per training batch, while warm kernels save it a few tenths of a second per
+#: epoch, so it warms its training batches (in the order of `job_shapes`: those every step uses first) and no more.
+WARM_UP_LIMIT_S = 2.0
 
 TRAINING, VALIDATION = "training", "validation"
 
@@ -50,48 +57,57 @@ def batch_rows(samples: int, batch_size: int) -> set[int]:
 
 
 def job_shapes(batch_size: int, train_samples: int, val_samples: int,
-               max_workers: int = WARM_WORKERS) -> set[tuple[str, int]]:
-    """(pass, rows) of every batch a job's epochs run at 1..max_workers workers: a full training batch, one a
-    sample short (the last batch of a calibration mini-epoch, coach/policy/planning.py), the last batch of a full
-    epoch's shard, and the validation batches of every rank's slice (contiguous slices in larger batches,
-    functions/validation.py)."""
-    shapes = {(TRAINING, rows) for rows in {batch_size, batch_size - 1} if rows > 0}
+               max_workers: int = WARM_WORKERS) -> list[tuple[str, int]]:
+    """(pass, rows) of every batch a job's epochs run at 1..max_workers workers, each once, the most used first: a
+    full training batch (nearly every step), one a sample short (the last batch of a calibration mini-epoch,
+    coach/policy/planning.py), the last batch of a full epoch's shard, then the validation batches of every rank's
+    slice (contiguous slices in larger batches, functions/validation.py)."""
+    training = [rows for rows in (batch_size, batch_size - 1) if rows > 0]
+    validation = []
     step = batch_size_for_validation(batch_size)
     for workers in range(1, max_workers + 1):
         shard = shard_samples(train_samples, workers) if train_samples >= workers else 0
-        shapes |= {(TRAINING, rows) for rows in batch_rows(shard, batch_size)}
+        training += sorted(batch_rows(shard, batch_size), reverse=True)
         for rank in range(workers):
             start, end = slice_bounds(val_samples, rank, workers)
-            shapes |= {(VALIDATION, rows) for rows in batch_rows(end - start, step)}
-    return shapes
+            validation += sorted(batch_rows(end - start, step), reverse=True)
+    shapes = [(TRAINING, rows) for rows in training] + [(VALIDATION, rows) for rows in validation]
+    return list(dict.fromkeys(shapes))
 
 
-def warm_up(module, sample, shapes: set[tuple[str, int]]) -> None:
-    """Run a throw-away model of `module` once per shape, on zeros shaped like `sample` (one input row): with
-    autograd for training batches (forward and backward), without for validation batches; then release the
-    memory it used. Raises what the model file raised."""
+def warm_up(module, sample, shapes: list[tuple[str, int]], limit_s: float = WARM_UP_LIMIT_S) -> list[tuple[str, int]]:
+    """Run a throw-away model of `module` once per shape, in order, on zeros shaped like `sample` (one input row):
+    with autograd for training batches (forward and backward), without for validation batches; stop after the shape
+    that takes the time spent to `limit_s`; release the memory it used. Returns the shapes run. Raises what the
+    model file raised."""
     try:
-        _run_once(module, sample, shapes)  # its arrays are dropped with its frame
+        return _run_once(module, sample, shapes, limit_s)  # its arrays are dropped with its frame
     finally:
         release_memory()
 
 
-def _run_once(module, sample, shapes: set[tuple[str, int]]) -> None:
+def _run_once(module, sample, shapes: list[tuple[str, int]], limit_s: float) -> list[tuple[str, int]]:
     import mxnet as mx
     from mxnet import autograd
 
+    started = time.monotonic()
     with mx.name.NameManager():  # its own name counter: the next epoch's model gets the names it would have had
         net = module.build_model()
     net.initialize(mx.init.Xavier())
-    for kind, rows in sorted(shapes):
+    done = []
+    for kind, rows in shapes:
         inputs = mx.nd.zeros((rows,) + tuple(sample.shape), dtype=sample.dtype)
         if kind == TRAINING:
             with autograd.record():
                 out = net(inputs)
             out.backward()
         else:
-            net(inputs)
-    mx.nd.waitall()
+            out = net(inputs)
+        mx.nd.waitall()  # MXNet runs asynchronously: the time spent is known once the pass has run
+        done.append((kind, rows))
+        if time.monotonic() - started >= limit_s:
+            break
+    return done
 
 
 def release_memory() -> None:
@@ -123,15 +139,17 @@ class Warmth:
     warmed: dict[str, tuple[object, set]] = field(default_factory=dict)  # model path -> (module, shapes warmed)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def unwarmed(self, path: str, module, shapes: set) -> set:
-        """Those of `shapes` not warmed yet for `module`, as many as MAX_SHAPES still allows."""
+    def unwarmed(self, path: str, module, shapes: list) -> list:
+        """Those of `shapes` (in their order) not warmed or tried yet for `module`, as many as MAX_SHAPES still
+        allows."""
         with self.lock:
             known, done = self.warmed.get(path, (None, set()))
             done = done if known is module else set()
-            return set(sorted(shapes - done)[:max(0, MAX_SHAPES - len(done))])
+            return [shape for shape in shapes if shape not in done][:max(0, MAX_SHAPES - len(done))]
 
-    def done(self, path: str, module, shapes: set) -> None:
-        """Record `shapes` as warmed for `module` (also after a warm-up that failed: it is not tried again)."""
+    def done(self, path: str, module, shapes) -> None:
+        """Record `shapes` as tried for `module`: warmed, or left out by the time limit, or part of a warm-up that
+        failed; none is tried again."""
         with self.lock:
             known, done = self.warmed.get(path, (None, set()))
-            self.warmed[path] = (module, (done if known is module else set()) | shapes)
+            self.warmed[path] = (module, (done if known is module else set()) | set(shapes))
