@@ -1,5 +1,6 @@
-"""A worker host warms MXNet up, at the job's warm request and before any epoch, for every batch shape the job's
-epochs run at 1 to WARM_WORKERS workers, so that every child forked after that starts warm.
+"""A worker host warms MXNet up, at the job's warm request and before any epoch, for the batch shapes the job's
+epochs run at 1 to WARM_WORKERS workers (the most used first, within WARM_UP_LIMIT_S), so that every child forked
+after that starts warm.
 
 Why: a stateless epoch runs in a freshly forked child, and the first steps of a training loop in a fresh process
 pay for what the process has not done yet: the oneDNN primitives of each layer at each batch shape (generated
@@ -10,8 +11,8 @@ took 1.079 s cold, 1.018 s with only the full batch warmed and 0.978 s with its 
 ResNet-18's first four steps at batch 128 took 5.01 s cold and 4.68 s warm. The loss is the same bit for bit.
 
 When: only at the warm request, never while an epoch runs. A warm-up beside a running epoch takes the two shared
-CPUs from it: ResNet-18's calibration mini-epochs at (2,1) and (3,1) then took 10.4-10.7 s with 2.0-2.7 s of
-start-up instead of 6.3-6.4 s and 0.3 s, and its speed predictions went 22.7% off (benchmarks/README.md).
+CPUs from it: ResNet-18's calibration mini-epoch at (2,1) then took 10.4-10.7 s, 2.0-2.7 s of it its first step,
+instead of 6.3-6.4 s and 0.3 s, and its speed predictions went 22.7% off (benchmarks/README.md).
 
 What the warm-up leaves in the host: nothing an epoch reads, and not the memory it used (`release_memory`). Its
 model is built from the host's module in a name scope of its own (an epoch's parameter names are unchanged),

@@ -1,5 +1,5 @@
-"""functions/warmup.py: which batch shapes a worker epoch runs, what a host has warmed, and that a warm-up leaves
-nothing an epoch reads (parameter names, the numbers it computes)."""
+"""functions/warmup.py: which batch shapes a job's epochs run and in what order they are warmed, what a host has
+warmed, the time limit, and that a warm-up leaves nothing an epoch reads (parameter names, the numbers it computes)."""
 
 from __future__ import annotations
 
