@@ -67,8 +67,7 @@ def job_shapes(batch_size: int, train_samples: int, val_samples: int,
     validation = []
     step = batch_size_for_validation(batch_size)
     for workers in range(1, max_workers + 1):
-        shard = shard_samples(train_samples, workers) if train_samples >= workers else 0
-        training += sorted(batch_rows(shard, batch_size), reverse=True)
+        training += sorted(batch_rows(shard_samples(train_samples, workers), batch_size), reverse=True)
         for rank in range(workers):
             start, end = slice_bounds(val_samples, rank, workers)
             validation += sorted(batch_rows(end - start, step), reverse=True)
@@ -103,7 +102,7 @@ def _run_once(module, sample, shapes: list[tuple[str, int]], limit_s: float) -> 
                 out = net(inputs)
             out.backward()
         else:
-            out = net(inputs)
+            net(inputs)
         mx.nd.waitall()  # MXNet runs asynchronously: the time spent is known once the pass has run
         done.append((kind, rows))
         if time.monotonic() - started >= limit_s:
