@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Protocol
 
-from coach.domain.contracts import EpochRequest, WarmRequest
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import Failure, FunctionRef, Reply
 from coach.domain.records import EpochRecord
@@ -67,7 +67,8 @@ class Platform(Protocol):
         """Start the function on its bound node; ready to invoke when this returns a ref."""
         ...
 
-    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest | AheadRequest,
+               timeout_s: float) -> Reply | Failure:
         """One request, one reply or failure value; never raises."""
         ...
 

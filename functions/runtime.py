@@ -9,9 +9,11 @@ on a pipe (`run_epoch`), so the fork is off the epoch's critical path; it is the
 of any epoch in it. When the last request announced where the next epoch will meet (`next`), the spare joins that
 ps-lite rendezvous at once (`join_ahead`), so the next epoch, whose request carries the announcement's id, finds its
 nodes met: ps-lite's rendezvous takes at least 0.1 s. Any other request gets a fresh child and the spare is dropped.
+A function that the job's current step does not use but its next one will (a calibration point that adds a worker or
+a server) is told the announcement by an `AheadRequest` instead, and its spare joins the same way (`announce`).
 
-The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest` or
-`{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
+The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest`, an
+`AheadRequest` or `{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
 anything is forked or loaded. A broken model file (it does not import, `build_model()`, `load_data()` or `loss()`
 raises, or its data are not what the contract says) is answered 422, `model file PATH: ...`: it would fail the
 same way on any instance, so the controller does not retry it. The traceback of anything the model file raised
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from coach.domain.contracts import (
+    AheadRequest,
     ContractError,
     EpochRequest,
     NextEpoch,
@@ -408,6 +411,22 @@ def join_ahead(role: str, ps: PsAddress) -> "InThread":
     return InThread("ps-node", lambda: serve_ps_node(role, ps))
 
 
+def announce(host: HostState, role: str, ahead: NextEpoch) -> None:
+    """This function's next epoch meets at `ahead` (an `AheadRequest`: the job's current step does not use it):
+    have a spare join it now. A spare that joined nothing or another rendezvous is dropped for one that joins this;
+    one that joined it already is kept (the same announcement told twice)."""
+    with host.keeping, host.lock:
+        host.ahead = (role, ahead)
+        spare = host.spare
+        if spare is not None and spare.joined != ahead:
+            host.spare = None
+        else:
+            spare = None
+    if spare is not None:
+        _drop(spare)
+    want_spare(host)
+
+
 def want_spare(host: HostState) -> None:
     """Have a current spare child forked soon, by the host's keeper thread (started here the first time)."""
     with host.lock:
@@ -644,6 +663,9 @@ def handle_event(context, event, role: str) -> Any:
         request = _parse(body, action, role)
     except ContractError as error:  # before any fork: the controller sent something this side cannot run
         return _respond(context, 400, {"error": str(error), "field": error.field, "role": role})
+    if isinstance(request, AheadRequest):
+        announce(host, request.role, request.next)
+        return _respond(context, 200, {"ahead": True, "role": role})
     if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
         if role == "worker":
             try:
@@ -666,13 +688,17 @@ def handle_event(context, event, role: str) -> Any:
     return _respond(context, status, reply)
 
 
-def _parse(body: Any, action: Any, role: str) -> EpochRequest | WarmRequest:
-    """The typed request in `body`, or ContractError; an epoch request must be for this function's own role."""
+def _parse(body: Any, action: Any, role: str) -> EpochRequest | WarmRequest | AheadRequest:
+    """The typed request in `body`, or ContractError; an epoch or ahead request must be for this function's own
+    role."""
     if action == "warm":
         return WarmRequest.from_dict(body)
-    if action is not None:
-        raise ContractError("action", f"unknown action {str(action)[:40]!r}, expected 'warm' or 'cancel'")
-    request = EpochRequest.from_dict(body)
+    if action == "ahead":
+        request = AheadRequest.from_dict(body)
+    elif action is not None:
+        raise ContractError("action", f"unknown action {str(action)[:40]!r}, expected 'warm', 'ahead' or 'cancel'")
+    else:
+        request = EpochRequest.from_dict(body)
     if request.role != role:
         raise ContractError("role", f"this is the {role} function, got a request for the {request.role} role")
     return request
@@ -800,7 +826,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
                                                          num_workers, noise, vote=vote)
     vote.close()
     compute_s = time.monotonic() - started
-    warmup_s = _warmup_s(marks, started, compute_s, math.ceil(samples / hyper.batch_size))
+    warmup_s = _warmup_s(marks, compute_s, math.ceil(samples / hyper.batch_size))
     diverged = diverged or not math.isfinite(loss_sum) or not _finite_parameters(net)
 
     validation, saved = {}, None
@@ -825,21 +851,23 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
     return {**reply.to_dict(), CLASSES_FIELD: classes}
 
 
-def _warmup_s(marks: dict[int, float], started: float, compute_s: float, steps: int) -> float | None:
-    """The training loop's start-up time: what its first steps took beyond the rate of its later ones (None with
-    fewer than two steps). A mini-epoch pays it once, like a full epoch, so coach/policy/history.py does not scale
-    it with the data. `marks` maps a step count to when it was done (monotonic clock): with the halfway mark, the
-    first half's excess over the second half's rate (the start-up lasts several steps: measured for LeNet, a
-    mini-epoch's loop ran 15-30% slower per sample than a full epoch's, the first step explaining a fraction of
-    it); otherwise the first step's excess over the mean of the later ones."""
-    if steps < 2:
+def _warmup_s(marks: dict[int, float], compute_s: float, steps: int) -> float | None:
+    """The training loop's time that does not grow with its steps (None with fewer than two): `compute_s` less
+    `steps` steps at the rate between the first step's end and the last's. That is the first step's excess (cold
+    kernels, first shapes) and the wind-down after the last (its update and the final reads of the loss and the
+    probe). A mini-epoch pays it once, like a full epoch, so coach/policy/history.py does not scale it with the data.
+    `marks` maps step counts (1 and the last) to when that many steps were done (monotonic clock).
+
+    Why the wind-down counts: measured for LeNet, it is 0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch
+    of 21; a rate taken over the loop's second half with it inside scaled it with the data, and put the calibration's
+    estimates of full epochs 3-16% high (benchmarks/README.md)."""
+    if steps < 2 or 1 not in marks:
         return None
-    count = max((c for c in marks if 2 <= c < steps), default=1)
-    mark = marks.get(count)
-    if mark is None:
+    last = max(marks)
+    if last < 2:
         return None
-    head_s = min(max(mark - started, 0.0), compute_s)
-    return max(0.0, head_s - (compute_s - head_s) * count / (steps - count))
+    rate_s = max(marks[last] - marks[1], 0.0) / (last - 1)
+    return min(max(compute_s - rate_s * steps, 0.0), compute_s)
 
 
 class InThread:
@@ -928,9 +956,9 @@ PROBE_EVERY_STEPS = 4
 
 def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
            noise: NoiseProbe | None = None, vote: StopVote | None = None):
-    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1 and the
-    halfway step count to when that many steps were done (the monotonic clock; the start-up of the loop, cold
-    kernels and first shapes, shows in them).
+    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1 and the last
+    step count to when that many steps were done (the monotonic clock): the loop's rate between them, and its time
+    beyond that rate, its start-up and wind-down (`_warmup_s`).
 
     Divergence stops every worker at the same step, or the others would wait forever for its gradients:
     - a worker whose batch loss is not finite adds `loss_sum * 0` (NaN) to one gradient (the `probe`
@@ -953,7 +981,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
     probe_grad, probe_data = probe.list_grad()[0], probe.list_data()[0]
     order = np.random.RandomState(order_seed).permutation(len(x))
     loss_sum, correct, samples, check, marks = 0.0, 0, 0, None, {}
-    halfway = max(math.ceil(len(order) / batch_size) // 2, 1)  # steps at which the halfway mark is taken
+    latest = None  # (steps, time) of the last step done so far
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         xb, yb = mx.nd.array(x[idx]), mx.nd.array(y[idx])
@@ -982,8 +1010,11 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         steps = -(-samples // batch_size)
         if steps <= 2 or steps % PROBE_EVERY_STEPS == 0:
             check = probe_data.sum()  # read before the next step's push
-        if steps in (1, halfway):
-            marks[steps] = time.monotonic()
+        latest = (steps, time.monotonic())
+        if steps == 1:
+            marks[1] = latest[1]
+    if latest is not None:
+        marks[latest[0]] = latest[1]
     final = check if check is not None else probe_data.sum()  # created after the last step already, or now
     return loss_sum, correct, samples, samples > 0 and not math.isfinite(final.asscalar()), marks
 

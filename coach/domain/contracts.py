@@ -236,9 +236,7 @@ class EpochRequest:
         epoch = _int(data, "epoch", "", minimum=0)
         step = _int(data, "step", "", minimum=0)
         attempt = _int(data, "attempt", "", minimum=1)
-        role = _get(data, "role", "", str)
-        if role not in ROLES:
-            raise ContractError("role", f"unknown role {role[:40]!r}, expected one of {', '.join(ROLES)}")
+        role = _role(data)
         ps = PsAddress.from_dict(_mapping(data, "ps"))
         model = _mapping(data, "model")
         _only(model, ("path",), "model.")
@@ -295,6 +293,34 @@ class WarmRequest:
         model = _mapping(data, "model")
         _only(model, ("path",), "model.")
         return cls(_text(model, "path", "model."), _int(data, "batch_size", "", minimum=1, optional=True))
+
+
+@dataclass(frozen=True)
+class AheadRequest:
+    """Where this idle function's next epoch will meet, announced while the job's current step runs on other
+    functions (a calibration point that adds a worker or a server): its host's spare joins that ps-lite rendezvous
+    now, as the spares of the functions in the current step do through their request's `next`. Nothing is run."""
+
+    role: str  # the function's own role
+    next: NextEpoch
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "action": "ahead", "role": self.role, "next": self.next.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "AheadRequest":
+        _check_schema(data)
+        _only(data, ("schema", "action", "role", "next"))
+        if data.get("action") != "ahead":
+            raise ContractError("action", f"expected 'ahead', got {data.get('action')!r}")
+        return cls(_role(data), NextEpoch.from_dict(_mapping(data, "next")))
+
+
+def _role(data: Mapping) -> str:
+    role = _get(data, "role", "", str)
+    if role not in ROLES:
+        raise ContractError("role", f"unknown role {role[:40]!r}, expected one of {', '.join(ROLES)}")
+    return role
 
 
 # --------------------------------------------------------------------------- replies

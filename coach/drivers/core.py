@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from coach.domain.contracts import ContractError, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import AheadRequest, ContractError, PsAddress, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, has_quorum
 from coach.domain.invocation import ERROR, UNREACHABLE, Failure, FunctionRef
 from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
@@ -24,6 +24,8 @@ from coach.policy.run_policy import ClusterView, JobView, Policy
 from coach.ports import CheckpointStore, Clock, Placement, Platform, RecordSink, View
 
 FanOut = ThreadFanOut | SequentialFanOut
+#: An AheadRequest only has a host fork a spare: answered in milliseconds, or the function is not there.
+AHEAD_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -285,6 +287,7 @@ class Driver:
 
     def _deploy_work(self, job: str, command: cmd.Deploy) -> Work:
         platform, fan_out = self.ports.platform, self.fan_out
+        known = {fid: self.refs[fid] for fid in command.following if fid in self.refs}  # deployed before
 
         def run() -> tuple[list[FunctionRef], Failure | None, float]:
             results = fan_out.map(lambda pair: platform.deploy(*pair), command.placements)
@@ -298,6 +301,14 @@ class Driver:
                 took_s = max(took_s, warmed.wall_s)
                 if warmed.failure:
                     failures.append(warmed.failure)
+            if not failures:  # the next step's nodes join its rendezvous now, not inside its timed epoch
+                ready = {**known, **{ref.fid: ref for ref in refs}}
+                following = [ready[fid] for fid in command.following if fid in ready]
+                meeting = self.rendezvous.announce(platform, job, following) if following else None
+                if meeting is not None:
+                    fan_out.beside(platform, following,
+                                   lambda ref: AheadRequest(ref.fid.role.value, meeting.next_of(ref)),
+                                   AHEAD_TIMEOUT_S)()
             return refs, (failures[0] if failures else None), took_s
 
         def to_event(result, now_s: float) -> ev.Event:
@@ -322,7 +333,12 @@ class Driver:
                 announced = meeting.next_of(ref)
                 return command.request(ref.fid, ps, save, meeting.id, announced)
 
+            # the next step's functions this one does not use hear where it meets from an AheadRequest instead
+            idle = [ref for ref in following if ref not in refs and meeting.next_of(ref) is not None]
+            told = fan_out.beside(platform, idle, lambda ref: AheadRequest(ref.fid.role.value, meeting.next_of(ref)),
+                                  AHEAD_TIMEOUT_S)
             together = fan_out.together(platform, refs, request_for, command.timeout_s)
+            told()
             return epoch_result(together, refs, store)
 
         def to_event(result, now_s: float) -> ev.Event:

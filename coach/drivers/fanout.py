@@ -50,12 +50,31 @@ class ThreadFanOut:
                         platform.cancel(ref)
         return Together(replies, failure, time.monotonic() - started)
 
+    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+               timeout_s: float) -> Callable[[], None]:
+        """Start calls that go on beside a step's own and never fail it (announcements to functions the step does not
+        use); returns what waits for them. Their results are dropped: a function that did not get its call works as
+        if it had never been sent (coach/drivers/rendezvous.py)."""
+        if not refs:
+            return lambda: None
+        pool = ThreadPoolExecutor(len(refs))
+        for ref in refs:
+            pool.submit(platform.invoke, ref, payload_for(ref), timeout_s)
+        return lambda: pool.shutdown(wait=True)
+
 
 class SequentialFanOut:
     """For platforms that answer at once with a simulated duration: the step lasts as long as its slowest call."""
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return [fn(item) for item in items]
+
+    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+               timeout_s: float) -> Callable[[], None]:
+        """The calls in turn, now (they answer at once); their results are dropped, as ThreadFanOut's are."""
+        for ref in refs:
+            platform.invoke(ref, payload_for(ref), timeout_s)
+        return lambda: None
 
     def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
                  timeout_s: float) -> Together:

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import requests
 
-from coach.domain.contracts import EpochRequest, WarmRequest
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
@@ -159,7 +159,8 @@ class LocalPlatform:
             session.headers[TOKEN_HEADER] = self.token
         return session
 
-    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest | AheadRequest,
+               timeout_s: float) -> Reply | Failure:
         started = time.monotonic()
         try:
             response = self._http().post(ref.url, json=request.to_dict(), timeout=(5.0, timeout_s))

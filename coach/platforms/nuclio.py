@@ -37,7 +37,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from coach.domain.contracts import EpochRequest, WarmRequest
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import DEPLOY, ERROR, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_HEADER
@@ -339,7 +339,8 @@ class NuclioPlatform:
                 INVOKE_TIMEOUT_HEADER: go_duration(timeout_s), PATH_HEADER: "/", TOKEN_HEADER: self.token,
                 "Content-Type": "application/json"}
 
-    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest | AheadRequest,
+               timeout_s: float) -> Reply | Failure:
         """One invocation through the dashboard, tried once: an epoch is not idempotent (the lifecycle retries)."""
         started = time.monotonic()
         if self._closing.is_set():

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from coach.domain.contracts import EpochRequest, WarmRequest, WorkerReply
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest, WorkerReply
 from coach.domain.deadlines import training_stop_s
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import ERROR, TIMEOUT, Failure, FunctionRef, Reply
@@ -83,11 +83,14 @@ class SimulatedPlatform:
         self._live.add(fid)
         return FunctionRef(fid=fid, node=node, url=f"sim://{node}/{fid.name}", host=node)
 
-    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest, timeout_s: float) -> Reply | Failure:
+    def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest | AheadRequest,
+               timeout_s: float) -> Reply | Failure:
         if ref.fid not in self._live:
             return Failure(ref.name, "unreachable", "function was removed")
         if isinstance(request, WarmRequest):
             return Reply(ref.name, {"warm": True, "role": ref.role}, self.deploy_s)
+        if isinstance(request, AheadRequest):  # nothing joins here: an announcement costs nothing
+            return Reply(ref.name, {"ahead": True, "role": ref.role}, 0.0)
         model = self.models.get(ref.fid.job, SimModel())
         ps = request.ps
         wall_s, done = model.run_s(ps.num_workers, ps.num_servers, request.data_fraction, request.deadline_s)

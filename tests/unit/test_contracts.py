@@ -23,6 +23,7 @@ from test_host import AUTH, HTTP_TIMEOUT_S, running_host
 
 from coach.domain.contracts import (
     SCHEMA,
+    AheadRequest,
     ContractError,
     EpochRequest,
     Hyper,
@@ -62,6 +63,7 @@ def through_json(data: dict) -> dict:
     Hyper(batch_size=32, optimizer="nag", learning_rate=0.1),
     WarmRequest(model_path="jobs/models/lenet.py"),
     WarmRequest(model_path="jobs/models/lenet.py", batch_size=64),
+    AheadRequest("server", NextEpoch("next-1", PS)),
     WorkerReply(rank=0, num_workers=2, loss_sum=123.5, samples=1000, correct=870, compute_s=0.57,
                 checkpoint_saved="results/ckpt/j-3", val_loss=0.19, val_accuracy=0.94, val_samples=1400),
     WorkerReply(rank=1, num_workers=2, loss_sum=120.0, samples=1000, correct=880, compute_s=0.55,
@@ -72,7 +74,7 @@ def through_json(data: dict) -> dict:
                 checkpoint_saved=None, diverged=True),
     PsNodeReply(compute_s=1.25),
 ], ids=["epoch", "calibration-scheduler", "server-int-rate", "ps", "hyper", "hyper-defaults", "warm",
-        "warm-batch", "worker-rank0", "worker-rank1", "worker-diverged-no-loss", "worker-diverged-with-loss", "ps-node"])
+        "warm-batch", "ahead", "worker-rank0", "worker-rank1", "worker-diverged-no-loss", "worker-diverged-with-loss", "ps-node"])
 def test_to_dict_then_from_dict_gives_an_equal_object(contract):
     data = through_json(contract.to_dict())
 
@@ -315,6 +317,27 @@ def test_a_malformed_warm_request_names_the_field(body, message):
     assert str(caught.value) == message
 
 
+AHEAD_VALID = {"schema": 1, "action": "ahead", "role": "worker",
+               "next": {"id": "n1", "ps": {"root_uri": "127.0.0.1", "root_port": 9092, "num_servers": 1,
+                                           "num_workers": 2, "node_host": "127.0.0.1"}}}
+
+
+@pytest.mark.parametrize("body, message", [
+    ({**AHEAD_VALID, "role": "driver"}, "role: unknown role 'driver', expected one of scheduler, server, worker"),
+    ({k: v for k, v in AHEAD_VALID.items() if k != "role"}, "role: required"),
+    ({k: v for k, v in AHEAD_VALID.items() if k != "next"}, "next: required"),
+    ({**AHEAD_VALID, "next": {"id": "n1"}}, "next.ps: required"),
+    ({**AHEAD_VALID, "next": {**AHEAD_VALID["next"], "id": ""}}, "next.id: must not be empty"),
+    ({**AHEAD_VALID, "model": {"path": "m.py"}}, "model: unknown field"),
+    ({**AHEAD_VALID, "action": "warm"}, "action: expected 'ahead', got 'warm'"),
+], ids=["role", "no-role", "no-next", "no-ps", "empty-id", "extra", "other-action"])
+def test_a_malformed_ahead_request_names_the_field(body, message):
+    with pytest.raises(ContractError) as caught:
+        AheadRequest.from_dict(body)
+
+    assert str(caught.value) == message
+
+
 WORKER_VALID = WorkerReply(rank=1, num_workers=2, loss_sum=3.0, samples=10, correct=7, compute_s=0.5,
                            checkpoint_saved=None).to_dict()
 
@@ -378,7 +401,11 @@ def call(role: str, body: Any) -> tuple[int, dict]:
     ([1, 2], 400, {"error": "body: expected a JSON object, got list", "field": "body", "role": "server"}),
     (b"", 400, {"error": "job: required", "field": "job", "role": "server"}),
     ({"action": "bogus"}, 400,
-     {"error": "action: unknown action 'bogus', expected 'warm' or 'cancel'", "field": "action", "role": "server"}),
+     {"error": "action: unknown action 'bogus', expected 'warm', 'ahead' or 'cancel'", "field": "action",
+      "role": "server"}),
+    (AHEAD_VALID, 400, {"error": "role: this is the server function, got a request for the worker role",
+                        "field": "role", "role": "server"}),
+    ({**AHEAD_VALID, "next": {}}, 400, {"error": "next.id: required", "field": "next.id", "role": "server"}),
     (changed(VALID, "ps.root_port", "9091"), 400,
      {"error": "ps.root_port: expected an integer, got str", "field": "ps.root_port", "role": "server"}),
     (VALID, 400, {"error": "role: this is the server function, got a request for the worker role", "field": "role",
@@ -386,8 +413,8 @@ def call(role: str, body: Any) -> tuple[int, dict]:
     ({"action": "warm"}, 400, {"error": "model: required", "field": "model", "role": "server"}),
     (WarmRequest("does/not/matter.py").to_dict(), 200, {"warm": True, "role": "server"}),
     ({"action": "cancel"}, 200, {"cancelled": 0}),
-], ids=["not-json", "not-utf8", "list", "empty", "unknown-action", "port-str", "wrong-role", "warm-no-model",
-        "warm-server", "cancel"])
+], ids=["not-json", "not-utf8", "list", "empty", "unknown-action", "ahead-wrong-role", "ahead-no-id", "port-str",
+        "wrong-role", "warm-no-model", "warm-server", "cancel"])
 def test_handle_event_answers_without_forking(body, status, reply, monkeypatch):
     monkeypatch.setattr(runtime, "run_in_child", lambda *args: pytest.fail("nothing may be forked"))
 
@@ -596,6 +623,54 @@ def test_a_stale_spare_that_joined_is_replaced_by_one_that_joins_nothing_and_its
     status, reply = runtime.run_epoch(spared, announced())
     assert status == 500 and LOST in reply["error"]
     wait_for(lambda: not _exists(joined) and not _exists(replacement), what="both spares gone and reaped")
+
+
+def ahead_event(host: runtime.HostState, role: str, ahead: NextEpoch) -> tuple[int, dict]:
+    """An AheadRequest through runtime.handle_event on `host`: (status, JSON reply)."""
+    context = make_context(f"test-{role}")
+    context.user_data.host = host
+    event = nuclio_sdk.Event(body=AheadRequest(role, ahead).to_dict(), content_type="application/json")
+    response = runtime.handle_event(context, event, role)
+    return response.status_code, json.loads(response.body)
+
+
+def test_an_ahead_request_has_an_idle_function_drop_its_plain_spare_for_one_that_joins_and_runs_that_epoch(
+        spared, monkeypatch):
+    """A calibration point that adds this function: its step's requests went to others, so it hears it here."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    runtime.want_spare(spared)
+    plain = spare_of(spared)
+
+    assert ahead_event(spared, "server", AHEAD) == (200, {"ahead": True, "role": "server"})
+
+    joined = spare_of(spared, not_pid=plain)
+    assert spared.spare.joined == AHEAD and spared.ahead == ("server", AHEAD)
+    wait_for(lambda: not _exists(plain), what="the plain spare gone and reaped")
+    status, reply = runtime.run_epoch(spared, announced())
+    assert (status, reply["pid"], reply["joined"]) == (200, joined, ["server", 9092])
+
+
+def test_the_same_announcement_told_twice_keeps_the_spare_that_joined_it(spared, monkeypatch):
+    joined = joined_spare(spared, monkeypatch)
+
+    assert ahead_event(spared, "server", AHEAD)[0] == 200
+
+    assert spare_of(spared) == joined and _exists(joined)
+    status, reply = runtime.run_epoch(spared, announced())
+    assert (status, reply["pid"], reply["joined"]) == (200, joined, ["server", 9092])
+
+
+def test_a_new_announcement_replaces_a_spare_that_joined_an_older_one(spared, monkeypatch):
+    older = joined_spare(spared, monkeypatch)
+    newer = NextEpoch("next-2", replace(PS, root_port=9093))
+
+    assert ahead_event(spared, "server", newer)[0] == 200
+
+    replacement = spare_of(spared, not_pid=older)
+    assert spared.spare.joined == newer
+    wait_for(lambda: not _exists(older), what="the spare of the older announcement gone and reaped")
+    status, reply = runtime.run_epoch(spared, announced(ps=newer.ps, rendezvous_id=newer.id))
+    assert (status, reply["pid"], reply["joined"]) == (200, replacement, ["server", 9093])
 
 
 def test_an_announced_epoch_this_host_never_joined_runs_in_a_child_that_joins_it_now(spared, monkeypatch):

@@ -222,11 +222,13 @@ def test_no_function_source_hides_a_loopback_default():
     assert [str(p) for p in sources if "127.0.0.1" in p.read_text()] == []
 
 
-def test_warmup_is_the_first_half_s_excess_over_the_second_half_s_rate():
-    # 10 steps: the first 5 took 3 s, the last 5 took 2 s (0.4 s each): 1 s of start-up
-    assert _warmup_s({1: 100.9, 5: 103.0}, 100.0, 5.0, 10) == pytest.approx(1.0)
-    # without the halfway mark (a loop stopped before it): the first step beyond the mean of the others
-    assert _warmup_s({1: 100.9}, 100.0, 5.0, 10) == pytest.approx(0.9 - 4.1 / 9)
-    assert _warmup_s({1: 100.1, 5: 100.5}, 100.0, 1.0, 10) == 0.0  # a faster start: no start-up, never negative
-    assert _warmup_s({}, 100.0, 1.0, 10) is None and _warmup_s({1: 100.5}, 100.0, 0.5, 1) is None
-    assert _warmup_s({1: 100.1, 5: 110.0}, 100.0, 5.0, 10) <= 5.0  # a clock beyond the loop: within compute_s
+def test_warmup_is_the_loops_time_beyond_its_steps_at_the_rate_between_the_first_and_the_last():
+    # 10 steps in a 5 s loop: the first done at 100.9, the last at 104.5 (0.4 s each between): 1 s is not the rate's,
+    # 0.5 s of the first step's excess and 0.5 s of wind-down after the last step
+    assert _warmup_s({1: 100.9, 10: 104.5}, 5.0, 10) == pytest.approx(1.0)
+    # the wind-down alone: a steady loop whose last step ended 0.3 s before the loop did
+    assert _warmup_s({1: 100.2, 5: 101.0}, 1.3, 5) == pytest.approx(0.3)
+    assert _warmup_s({1: 100.1, 10: 101.9}, 1.9, 10) == 0.0  # a faster start: nothing beyond the rate, never negative
+    assert _warmup_s({}, 1.0, 10) is None and _warmup_s({1: 100.5}, 0.5, 1) is None  # fewer than two steps
+    assert _warmup_s({1: 100.5}, 0.5, 10) is None  # no last mark: no rate
+    assert _warmup_s({1: 100.1, 10: 90.0}, 5.0, 10) <= 5.0  # a clock that went back: within compute_s

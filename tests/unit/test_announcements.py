@@ -1,0 +1,116 @@
+"""The functions a job's next step adds hear where it will meet while the current step runs (coach/drivers/core.py).
+
+A calibration point that adds a worker or a server runs on a function the step before did not use: its request
+cannot carry the announcement, so the driver sends that function an AheadRequest beside the step, and its spare
+joins the rendezvous ahead like the others (functions/runtime.py `announce`). Run through the virtual-time driver
+on the simulated platform, which records every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import coach.app.simulate as simulate
+from coach.domain.cluster import DEFAULT_CLUSTER
+from coach.domain.contracts import AheadRequest, EpochRequest
+from coach.domain.invocation import ERROR, Failure
+from coach.domain.jobs import JobSpec
+from coach.platforms.simulated import SimulatedPlatform
+from coach.policy.planning import CALIBRATION_POINTS
+
+
+def dynamic(name: str = "lenet", **changes) -> JobSpec:
+    spec = JobSpec(name=name, source=Path(f"/jobs/{name}.yaml"), model_path=Path("/jobs/m.py"), batch_size=64,
+                   optimizer="sgd", optimizer_params={}, learning_rate=0.1, target_loss=0.0, consecutive=3,
+                   max_epochs=2, budget=10.0, workers=None, servers=None, max_workers=4, max_servers=2, seed=0,
+                   epoch_timeout_s=60.0, calibration_fraction=0.25)
+    return replace(spec, **changes)
+
+
+class Recording(SimulatedPlatform):
+    """The simulated platform, keeping every epoch and ahead request in the order sent; `refuse`: ahead requests
+    fail, as a function that is gone would."""
+
+    refuse = False
+
+    def invoke(self, ref, request, timeout_s):
+        if isinstance(request, (EpochRequest, AheadRequest)):
+            self.sent.append((ref.fid.name, request))
+        if isinstance(request, AheadRequest) and self.refuse:
+            return Failure(ref.name, ERROR, "connection refused")
+        return super().invoke(ref, request, timeout_s)
+
+
+def run(monkeypatch, refuse: bool = False, spec: JobSpec | None = None):
+    platforms = []
+
+    def make(*args, **kwargs):
+        platform = Recording(*args, **kwargs)
+        platform.sent, platform.refuse = [], refuse
+        platforms.append(platform)
+        return platform
+
+    monkeypatch.setattr(simulate, "SimulatedPlatform", make)
+    result = simulate.simulate_jobs([spec or dynamic()], DEFAULT_CLUSTER, policy="coach")
+    return result, platforms[0].sent
+
+
+def steps(sent) -> list[dict]:
+    """Per step (in order): its epoch requests by function, and the ahead requests that announced it (those whose
+    announcement is the step's rendezvous id); an ahead request that announced no step that ran fails the test."""
+    out: list[dict] = []
+    for name, request in sent:
+        if isinstance(request, EpochRequest):
+            if not out or request.step != out[-1]["step"]:
+                out.append({"step": request.step, "epoch": {}, "ahead": {}})
+            out[-1]["epoch"][name] = request
+    by_id = {next(iter(step["epoch"].values())).rendezvous_id: step for step in out}
+    for name, request in sent:
+        if isinstance(request, AheadRequest):
+            assert request.next.id in by_id, f"{name} was told of a step that never ran"
+            by_id[request.next.id]["ahead"][name] = request
+    return out
+
+
+def test_every_step_meets_joined_ahead_and_each_function_it_adds_was_told_where(monkeypatch):
+    """The first step's functions hear it after the deploy; a calibration point's added ones, beside the point
+    before; the functions a step shares with the one before, in their own request (`next`)."""
+    _, sent = run(monkeypatch)
+    by_step = steps(sent)
+
+    assert [next(iter(s["epoch"].values())).epoch for s in by_step] == [0] * len(CALIBRATION_POINTS) + [1, 2]
+    before: dict = {}
+    for step in by_step:
+        added = set(step["epoch"]) - set(before)
+        meets = {r.rendezvous_id for r in step["epoch"].values()}
+        assert len(meets) == 1 and None not in meets, "every step meets where it was announced"
+        assert added <= set(step["ahead"]) <= set(step["epoch"])  # told to the added ones, never to others
+        for name, ahead in step["ahead"].items():
+            request = step["epoch"][name]
+            assert (ahead.role, ahead.next.id, ahead.next.ps) == (request.role, request.rendezvous_id, request.ps)
+        for name in set(step["epoch"]) & set(before):  # the last word a host heard is the one its spare joins
+            told = step["ahead"][name].next if name in step["ahead"] else before[name].next
+            assert told is not None and told.id == step["epoch"][name].rendezvous_id
+        before = step["epoch"]
+    calibration = by_step[:len(CALIBRATION_POINTS)]
+    assert set(calibration[0]["ahead"]) == set(calibration[0]["epoch"])  # after the deploy: all of them
+    assert all(set(s["ahead"]) == set(s["epoch"]) - set(p["epoch"]) for p, s in zip(calibration, calibration[1:]))
+
+
+def test_a_static_job_is_told_once_after_its_deploy_and_then_in_its_own_requests(monkeypatch):
+    _, sent = run(monkeypatch, spec=dynamic(workers=2, servers=1, max_workers=None, max_servers=None, max_epochs=3))
+
+    by_step = steps(sent)
+    assert [len(s["epoch"]) for s in by_step] == [4, 4, 4]
+    assert set(by_step[0]["ahead"]) == set(by_step[0]["epoch"]) and [s["ahead"] for s in by_step[1:]] == [{}, {}]
+    for before, step in zip(by_step, by_step[1:]):
+        assert {r.next.id for r in before["epoch"].values()} == {r.rendezvous_id for r in step["epoch"].values()}
+
+
+def test_an_ahead_request_that_fails_fails_nothing(monkeypatch):
+    result, sent = run(monkeypatch, refuse=True)
+
+    assert any(isinstance(request, AheadRequest) for _, request in sent)
+    summary = result.summary["jobs"]["lenet"]
+    assert (summary["stop_reason"], summary["epochs"]) == ("max_epochs", 2)
