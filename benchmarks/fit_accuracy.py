@@ -245,7 +245,7 @@ def compare(args) -> int:
     table = []  # (form, model, calibration median, max, per-calibration medians, loo median, max, full-cal.)
     details = {}
     for name, form in FORMS.items():
-        for data in files:
+        for index, data in enumerate(files):
             runs = calibration_errors(form, data)
             per_run = [[e for p, (_, e) in run.items() if p not in data["sampled"]] for run in runs]
             loo = leave_one_out_errors(form, data)
@@ -253,7 +253,7 @@ def compare(args) -> int:
             table.append((name, data["name"], *summary(e for run in per_run for e in run),
                           "/".join(f"{summary(run)[0]:.0%}" for run in per_run), *summary(loo.values()),
                           summary(full.values())[0]))
-            details[name, data["name"]] = (runs, loo)
+            details[name, index] = (runs, loo)  # by file: two files may measure one model
 
     bar = "|" if args.markdown else " "
     head = ["form", "model", "cal. median", "cal. max", "per calibration", "LOO median", "LOO max",
@@ -268,8 +268,8 @@ def compare(args) -> int:
                  f"{mark}{loo_med:.1%}{mark}", f"{loo_max:.1%}", f"{full_med:.1%}"]
         print(f"{bar}{bar.join(f' {c} ' for c in cells)}{bar}")
 
-    for data in files:
-        print(f"\n{data['name']}: predicted epoch time s (fitted on calibration only; median over the "
+    for index, data in enumerate(files):
+        print(f"\n{data['name']} ({args.files[index]}): predicted epoch time s (fitted on calibration only; median over the "
               f"{len(data['calibrations'])} calibrations, and its error) / LOO error; * = sampled by calibration")
         print(f"{bar} w {bar} s {bar} measured s {bar}" + bar.join(f" {n} " for n in FORMS) + bar)
         if args.markdown:
@@ -278,7 +278,7 @@ def compare(args) -> int:
             star = "*" if point in data["sampled"] else ""
             cells = []
             for name in FORMS:
-                runs, loo = details[name, data["name"]]
+                runs, loo = details[name, index]
                 predicted = statistics.median(run[point][0] for run in runs)
                 error = relative_error(predicted, measured_s)
                 cells.append(f"{predicted:.3f} ({error:.0%}) / {loo[point]:.0%}")
@@ -302,7 +302,9 @@ def main(argv=None) -> int:
     m.add_argument("--model", type=Path, default=None, help="model file to use instead of the job's")
     m.add_argument("--name", default=None, help="model name in the saved file (default: the model file's stem)")
     m.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    m.add_argument("--epochs", type=int, default=3, help="full epochs per measured point (first dropped)")
+    m.add_argument("--epochs", type=integer(2, 1000), default=5,
+                   help="full epochs per measured point, the first dropped (default 5: the median of four is the "
+                        "point's time; one epoch varies by 5-8%% on this VM)")
     m.add_argument("--fraction", type=float, default=0.25, help="calibration data fraction")
     m.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated WxS points to measure")
     m.add_argument("--calibrations", type=integer(1, 10**6), default=3,

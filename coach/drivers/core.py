@@ -287,7 +287,6 @@ class Driver:
 
     def _deploy_work(self, job: str, command: cmd.Deploy) -> Work:
         platform, fan_out = self.ports.platform, self.fan_out
-        known = {fid: self.refs[fid] for fid in command.following if fid in self.refs}  # deployed before
 
         def run() -> tuple[list[FunctionRef], Failure | None, float]:
             results = fan_out.map(lambda pair: platform.deploy(*pair), command.placements)
@@ -301,14 +300,6 @@ class Driver:
                 took_s = max(took_s, warmed.wall_s)
                 if warmed.failure:
                     failures.append(warmed.failure)
-            if not failures:  # the next step's nodes join its rendezvous now, not inside its timed epoch
-                ready = {**known, **{ref.fid: ref for ref in refs}}
-                following = [ready[fid] for fid in command.following if fid in ready]
-                meeting = self.rendezvous.announce(platform, job, following) if following else None
-                if meeting is not None:
-                    fan_out.beside(platform, following,
-                                   lambda ref: AheadRequest(ref.fid.role.value, meeting.next_of(ref)),
-                                   AHEAD_TIMEOUT_S)()
             return refs, (failures[0] if failures else None), took_s
 
         def to_event(result, now_s: float) -> ev.Event:

@@ -42,9 +42,6 @@ class Deploy:
     placements: tuple[tuple[FunctionId, str], ...]  # function and its node
     model_path: str  # what the workers load while warming
     batch_size: int | None = None  # the job's per-worker batch: the shapes the workers warm up for
-    # the functions the step after the deploy runs on (some deployed before): the driver announces where that step
-    # meets, so that its ps-lite nodes join ahead (coach/drivers/rendezvous.py); empty: none is announced
-    following: tuple[FunctionId, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -388,12 +388,8 @@ class JobLifecycle:
     def _deploy(self, ids: tuple[FunctionId, ...]) -> list[cmd.Command]:
         self.awaiting = Awaiting.DEPLOY
         self._show("deploying", f"{len(ids)} functions")
-        ready = self.deployed | set(ids)  # what the step after the deploy picks from (`_on_deployed`)
-        counts = role_counts(ready)
-        following = () if self.step is None else pick_for_epoch(
-            ready, min(self.step.workers, counts[Role.WORKER]), min(self.step.servers, counts[Role.SERVER]))
         return [cmd.Deploy(tuple((fid, self.bound[fid]) for fid in ids), str(self.spec.model_path),
-                           self.spec.batch_size, following)]
+                           self.spec.batch_size)]
 
     def _on_deployed(self, event: ev.Deployed) -> list[cmd.Command]:
         if self.awaiting != Awaiting.DEPLOY:

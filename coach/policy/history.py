@@ -30,9 +30,10 @@ def full_epoch_time_s(epoch_time_s: float, compute_s: float | None, data_fractio
                       warmup_s: float | None = None) -> float:
     """A mini-epoch on a fraction q of the data, scaled to a full epoch.
 
-    Only the training loop scales with the data, less its warm-up (the first step's time beyond a later step's:
-    cold kernels, first shapes); the fixed part (rendezvous, checkpoint load and save, validation) and the
-    warm-up are paid once per epoch whatever q is, so they are not multiplied by 1/q.
+    Only the training loop scales with the data, less `warmup_s`: its time beyond its steps at their steady rate
+    (the first step's excess, cold kernels and first shapes, and the wind-down after the last step). The fixed part
+    (rendezvous, checkpoint load and save, validation) and `warmup_s` are paid once per epoch whatever q is, so
+    they are not multiplied by 1/q.
     """
     if compute_s is None or compute_s > epoch_time_s:
         return epoch_time_s / data_fraction

@@ -73,39 +73,39 @@ def steps(sent) -> list[dict]:
     return out
 
 
-def test_every_step_meets_joined_ahead_and_each_function_it_adds_was_told_where(monkeypatch):
-    """The first step's functions hear it after the deploy; a calibration point's added ones, beside the point
-    before; the functions a step shares with the one before, in their own request (`next`)."""
-    _, sent = run(monkeypatch)
-    by_step = steps(sent)
+def meets(step: dict) -> str | None:
+    """The rendezvous id of a step (one for all its requests)."""
+    ids = {r.rendezvous_id for r in step["epoch"].values()}
+    assert len(ids) == 1
+    return ids.pop()
 
-    assert [next(iter(s["epoch"].values())).epoch for s in by_step] == [0] * len(CALIBRATION_POINTS) + [1, 2]
-    before: dict = {}
-    for step in by_step:
-        added = set(step["epoch"]) - set(before)
-        meets = {r.rendezvous_id for r in step["epoch"].values()}
-        assert len(meets) == 1 and None not in meets, "every step meets where it was announced"
-        assert added <= set(step["ahead"]) <= set(step["epoch"])  # told to the added ones, never to others
+
+def test_every_calibration_point_that_adds_a_function_has_it_told_where_that_point_meets(monkeypatch):
+    """The functions a point shares with the one before hear it in their own request (`next`), the others from an
+    AheadRequest sent beside the point before; the point then meets as announced."""
+    _, sent = run(monkeypatch)
+    calibration = steps(sent)[:len(CALIBRATION_POINTS)]
+
+    assert [next(iter(s["epoch"].values())).epoch for s in calibration] == [0] * len(CALIBRATION_POINTS)
+    assert meets(calibration[0]) is None and calibration[0]["ahead"] == {}  # after the deploy: chosen then
+    for before, step in zip(calibration, calibration[1:]):
+        added = set(step["epoch"]) - set(before["epoch"])
+        assert added and set(step["ahead"]) == added  # told to the added ones, and only to them
+        assert meets(step) is not None
         for name, ahead in step["ahead"].items():
             request = step["epoch"][name]
             assert (ahead.role, ahead.next.id, ahead.next.ps) == (request.role, request.rendezvous_id, request.ps)
-        for name in set(step["epoch"]) & set(before):  # the last word a host heard is the one its spare joins
-            told = step["ahead"][name].next if name in step["ahead"] else before[name].next
-            assert told is not None and told.id == step["epoch"][name].rendezvous_id
-        before = step["epoch"]
-    calibration = by_step[:len(CALIBRATION_POINTS)]
-    assert set(calibration[0]["ahead"]) == set(calibration[0]["epoch"])  # after the deploy: all of them
-    assert all(set(s["ahead"]) == set(s["epoch"]) - set(p["epoch"]) for p, s in zip(calibration, calibration[1:]))
+        for name in set(step["epoch"]) & set(before["epoch"]):
+            assert before["epoch"][name].next.id == meets(step)
 
 
-def test_a_static_job_is_told_once_after_its_deploy_and_then_in_its_own_requests(monkeypatch):
+def test_a_static_job_sends_nothing_beside_its_epochs_and_meets_as_its_requests_announced(monkeypatch):
     _, sent = run(monkeypatch, spec=dynamic(workers=2, servers=1, max_workers=None, max_servers=None, max_epochs=3))
 
     by_step = steps(sent)
-    assert [len(s["epoch"]) for s in by_step] == [4, 4, 4]
-    assert set(by_step[0]["ahead"]) == set(by_step[0]["epoch"]) and [s["ahead"] for s in by_step[1:]] == [{}, {}]
+    assert [len(s["epoch"]) for s in by_step] == [4, 4, 4] and [s["ahead"] for s in by_step] == [{}, {}, {}]
     for before, step in zip(by_step, by_step[1:]):
-        assert {r.next.id for r in before["epoch"].values()} == {r.rendezvous_id for r in step["epoch"].values()}
+        assert {r.next.id for r in before["epoch"].values()} == {meets(step)}
 
 
 def test_an_ahead_request_that_fails_fails_nothing(monkeypatch):

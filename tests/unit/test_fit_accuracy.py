@@ -69,6 +69,24 @@ def test_every_calibration_is_fitted_alone_and_the_median_is_over_all_of_them(fi
     assert row[2:5] == ["0.0%", "50.0%", "0%/50%/0%"]  # pooled median 0%, the slow one seen in max and its own
 
 
+def test_two_files_of_one_model_each_show_their_own_predictions(fit_accuracy, tmp_path, capsys):
+    exact = points_file(tmp_path)
+    data = json.loads(exact.read_text())
+    data["calibration"] = [{**line, "epoch_time_s": line["epoch_time_s"] * 2} for line in data["calibration"]]
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(data))
+
+    assert fit_accuracy.main(["compare", str(exact), str(slow)]) == 0
+
+    out = capsys.readouterr().out
+    tables = out.split("\nsynthetic (")[1:]
+    assert [block.split(")")[0] for block in tables] == [str(exact), str(slow)]
+    rows = [next(line.split() for line in block.splitlines() if line.split()[:2] == ["3", "1"]) for block in tables]
+    # w, s, measured, then per form: predicted, (error), /, LOO error
+    predicted = [float(row[3 + 4 * list(FORMS).index("comm")]) for row in rows]
+    assert predicted == [pytest.approx(comm_time_s(3, 1), rel=1e-6), pytest.approx(2 * comm_time_s(3, 1), rel=1e-6)]
+
+
 @pytest.mark.parametrize(("points", "calibrations", "slots"), [
     (10, 3, [0, 3, 7]), (10, 1, [0]), (2, 3, [0, 1, 1]), (1, 2, [0, 0]), (5, 5, [0, 1, 2, 3, 4]),
 ])

@@ -149,7 +149,7 @@ class Driver:
         """Start a (2, 1) job and run it up to its first InvokeEpoch, checking every command on the way."""
         assert self.send(Start(now)) == [AskPolicy()]
         assert self.send(Decided(now, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(now + 30)]
-        assert self.bind_all(now + 1) == [Deploy(placed(F21), MODEL, 32, F21)]
+        assert self.bind_all(now + 1) == [Deploy(placed(F21), MODEL, 32)]
         out = self.send(Deployed(now + 2, F21))
         # the deadline is epoch_timeout_s, or where the money ends first (F21 costs 1.5 per second)
         deadline = min(600.0, self.spec.budget / 1.5 * BUDGET_MARGIN - REPLY_RESERVE_S)
@@ -253,8 +253,7 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     # the largest point's functions are submitted once; every point runs on a subset of them
     assert d.send(Start(T0)) == [Submit(F22), WatchPlacement(T0 + 30)]
     assert d.lc.status().phase == "calibration"
-    # the first point's functions are told where it meets right after the deploy
-    assert d.bind_all(T0 + 1) == [Deploy(placed(F22), MODEL, 32, (SCHED, S0, W0))]
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F22), MODEL, 32)]
     out = d.deployed(Deploy(placed(F22), MODEL, 32), T0 + 2)
     used = {1: (SCHED, S0, W0), 2: (SCHED, S0, S1, W0), 3: (SCHED, S0, W0, W1), 4: F22}
     costs = {1: COST_11, 2: COST_12, 3: COST_21, 4: COST_22}
@@ -300,8 +299,7 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
     out = d.send(Decided(T0 + 600, Counts(3, 2, affordable=True)))
     w2 = FunctionId("lenet", Role.WORKER, 2)
     assert out == [Submit((S1, w2)), WatchPlacement(T0 + 630)]
-    # the step after the deploy runs on the new functions and the earlier ones: all are told where it meets
-    assert d.bind_all(T0 + 601) == [Deploy(placed((S1, w2)), MODEL, 32, (SCHED, S0, S1, W0, W1, w2))]
+    assert d.bind_all(T0 + 601) == [Deploy(placed((S1, w2)), MODEL, 32)]
 
 
 def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_worker():
@@ -457,7 +455,7 @@ def test_a_wait_decision_gives_the_slots_back_and_asks_again_after_the_policy_wa
     assert d.send(Decided(T0 + 23, Wait("3 jobs ahead"))) == [WaitUntil(T0 + 24)]
     assert d.send(TimerFired(T0 + 24)) == [AskPolicy()]
     assert d.send(Decided(T0 + 24, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(T0 + 54)]
-    assert d.bind_all(T0 + 25) == [Deploy(placed(F21), MODEL, 32, F21)]  # fresh instances: the old ones were removed
+    assert d.bind_all(T0 + 25) == [Deploy(placed(F21), MODEL, 32)]  # fresh instances: the old ones were removed
     out = d.send(Deployed(T0 + 26, F21))
     assert out == [invoke(F21, epoch=1, step=3, tag="epoch-0001", load=ckpt("calibration-2"))]
 
@@ -492,7 +490,7 @@ def test_a_failing_epoch_is_retried_with_backoff_on_fresh_functions_then_fails_a
                        WaitUntil(now + wait)]
         assert d.lc.status().phase == "retrying"
         assert d.send(TimerFired(now + wait - 0.25)) == []  # early
-        assert d.send(TimerFired(now + wait)) == [Remove(F21), Deploy(placed(F21), MODEL, 32, F21)]  # same nodes
+        assert d.send(TimerFired(now + wait)) == [Remove(F21), Deploy(placed(F21), MODEL, 32)]  # same nodes
         assert d.send(Deployed(now + wait + 1, F21)) == [replace(call, attempt=attempt + 1)]
         now += 100
     attempts = max_retries + 1
@@ -509,7 +507,7 @@ def test_a_retried_epoch_that_succeeds_records_its_attempt_and_only_its_own_cost
     d = Driver()
     call = d.start_static(T0)
     assert d.send(failed(T0 + 20))[-1] == WaitUntil(T0 + 20.5)
-    assert d.send(TimerFired(T0 + 20.5)) == [Remove(F21), Deploy(placed(F21), MODEL, 32, F21)]
+    assert d.send(TimerFired(T0 + 20.5)) == [Remove(F21), Deploy(placed(F21), MODEL, 32)]
     second = replace(call, attempt=2)
     assert d.send(Deployed(T0 + 21, F21)) == [second]
     out = d.send(epoch_done(second, T0 + 31, 0.75))
@@ -575,7 +573,7 @@ def test_a_failed_deploy_stops_the_job_without_a_retry():
     d = Driver()
     d.send(Start(T0))
     d.send(Decided(T0, STATIC))
-    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL, 32, F21)]
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL, 32)]
     reason = "failed: lenet-worker-1: deploy: image pull failed"
     out = d.send(Deployed(T0 + 2, (SCHED, S0, W0), Failure("lenet-worker-1", "deploy", "image pull failed")))
     assert out == [WriteRecord(line("stopped", epoch=0, at=T0 + 2, cost=0.0, cumulative=0.0, workers=2, servers=1,
@@ -639,7 +637,7 @@ def test_the_requeue_count_starts_again_once_the_job_has_had_its_quorum():
         assert d.send(Bindings(deadline, PARTIAL, WHY))[-1] == WaitUntil(deadline + requeue_backoff_s(n))
         d.send(TimerFired(deadline + requeue_backoff_s(n)))
         deadline += requeue_backoff_s(n) + 30
-    assert d.bind_all(deadline - 29) == [Deploy(placed(F21), MODEL, 32, F21)]
+    assert d.bind_all(deadline - 29) == [Deploy(placed(F21), MODEL, 32)]
     out = d.send(Deployed(deadline - 28, F21))
     assert d.send(epoch_done(out[0], deadline - 18, 0.75))[-1] == AskPolicy()
     # the policy makes it wait, gives the slots back, and the next placement misses its deadline once
@@ -855,7 +853,7 @@ def test_resume_from_an_old_log_continues_at_epoch_4_from_its_last_checkpoint_an
     assert d.lc.history.stop_reason is None  # the old stop does not stop the resumed job
     assert d.lc.status().epoch == 3 and d.lc.status().cost == 24.0
     assert d.send(Decided(T0, Counts(2, 1, affordable=True))) == [Submit(F21), WatchPlacement(T0 + 30)]
-    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL, 32, F21)]
+    assert d.bind_all(T0 + 1) == [Deploy(placed(F21), MODEL, 32)]
     out = d.send(Deployed(T0 + 2, F21))
     call = invoke(F21, epoch=4, step=6, tag="epoch-0004", load="/ckpt/lenet/epoch-0003")
     assert out == [call]

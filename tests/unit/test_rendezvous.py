@@ -130,29 +130,3 @@ def test_a_platform_whose_functions_are_not_one_process_each_is_announced_nothin
 
     assert first.next_address is None and first.next_of(refs("lenet", 2, 1)[0]) is None
     assert (second.address, second.id) == (("10.0.0.1", 9001), None)  # chosen then, every time
-
-
-def test_a_step_announced_after_a_deploy_meets_there_with_its_id_and_announces_the_next():
-    platform, rendezvous = Ports(), Rendezvous()
-    functions = refs("lenet", 2, 1)
-
-    announced = rendezvous.announce(platform, "lenet", functions)
-    first = rendezvous.meeting(platform, "lenet", functions, functions)
-
-    assert (announced.address, announced.next_address) == (None, ("10.0.0.1", 9000))
-    assert announced.next_of(functions[-1]).ps.num_workers == 2
-    assert (first.address, first.id, first.next_address) == (("10.0.0.1", 9000), announced.next_id,
-                                                             ("10.0.0.1", 9001))
-
-
-def test_an_announcement_after_a_deploy_replaces_one_that_did_not_come_true_and_avoids_its_port():
-    platform, rendezvous = PodPorts(), Rendezvous()
-    two, three = refs("lenet", 2, 1), refs("lenet", 3, 1)
-    ran = rendezvous.meeting(platform, "lenet", two, two)  # at 9091, announcing 9092 for the same functions
-
-    grown = rendezvous.announce(platform, "lenet", three)  # a worker was deployed: the step runs on three
-
-    assert (ran.address[1], ran.next_address[1], grown.next_address[1]) == (9091, 9092, 9091)
-    assert rendezvous.meeting(platform, "lenet", three, three).id == grown.next_id
-    assert rendezvous.announce(Ports(joins_ahead=False), "lenet", three) is None
-    assert rendezvous.meeting(platform, "lenet", three, three).id is None  # that announcement was dropped
