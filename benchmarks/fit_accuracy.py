@@ -190,6 +190,8 @@ def load_points(path: Path) -> dict:
             raise BadInput(f"{path}: {field}.epoch_times_s: expected more than {drop} finite positive times")
         measured[(workers, servers)] = statistics.median(times[drop:])
     sampled = tuple(dict.fromkeys((o.workers, o.servers) for run in calibrations for o in run))
+    if not set(measured) - set(sampled):  # a measurement still under way, or cut short: nothing to predict
+        raise BadInput(f"{path}: points: every measured point was sampled by calibration, none is left to predict")
     return {"name": str(data.get("model") or path.stem), "calibrations": calibrations, "measured": measured,
             "duration_s": data.get("duration_s"), "sampled": sampled}
 

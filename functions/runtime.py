@@ -10,7 +10,7 @@ of any epoch in it. When the last request announced where the next epoch will me
 ps-lite rendezvous at once (`join_ahead`), so the next epoch, whose request carries the announcement's id, finds its
 nodes met: ps-lite's rendezvous takes at least 0.1 s. Any other request gets a fresh child and the spare is dropped.
 A function that the job's current step does not use but its next one will (a calibration point that adds a worker or
-a server) is told the announcement by an `AheadRequest` instead, and its spare joins the same way (`announce`).
+a server) is told the announcement by an `AheadRequest` instead, and its idle spare joins it (`announce`).
 
 The event body is the typed contract of coach/domain/contracts.py: an `EpochRequest`, a `WarmRequest`, an
 `AheadRequest` or `{"action": "cancel"}`. A body that does not match it is answered 400 with one line naming the field, before
@@ -413,15 +413,25 @@ def join_ahead(role: str, ps: PsAddress) -> "InThread":
 
 def announce(host: HostState, role: str, ahead: NextEpoch) -> None:
     """This function's next epoch meets at `ahead` (an `AheadRequest`: the job's current step does not use it):
-    have a spare join it now. A spare that joined nothing or another rendezvous is dropped for one that joins this;
-    one that joined it already is kept (the same announcement told twice)."""
+    have a spare join it now. An idle spare that joined nothing is told to join (a frame on its request pipe): no
+    fork, no teardown, on CPUs a running epoch uses. One that joined it already is kept (the same announcement told
+    twice); one that joined another rendezvous, or was forked before the model now loaded, is dropped for a fresh
+    one that joins."""
     with host.keeping, host.lock:
         host.ahead = (role, ahead)
         spare = host.spare
-        if spare is not None and spare.joined != ahead:
-            host.spare = None
-        else:
-            spare = None
+        if spare is not None and spare.joined == ahead:
+            return
+        if (spare is not None and spare.joined is None and spare.generation == host.generation
+                and ahead.id != host.joined_id):
+            try:
+                _write_frame(spare.request_fd, json.dumps({"join": {"role": role, "next": ahead.to_dict()}}))
+            except OSError:  # it died meanwhile: a fresh one joins
+                pass
+            else:
+                spare.joined, host.joined_id = ahead, ahead.id
+                return
+        host.spare = None
     if spare is not None:
         _drop(spare)
     want_spare(host)
@@ -496,12 +506,19 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
                 os.close(reply_read)
                 _forked(host, parent_pid)
                 joined = None if ahead is None else join_ahead(ahead[0], ahead[1].ps)
-                raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
-                if raw:  # empty: the host is gone
+                while True:
+                    raw, _ = _read_until(request_read, math.inf)  # a frame: later children hold the write end too
+                    if not raw:  # the host is gone
+                        break
                     message = json.loads(raw)
+                    if "join" in message:  # an announcement for this idle spare (`announce`): join it now
+                        told = message["join"]
+                        joined = joined or join_ahead(told["role"], NextEpoch.from_dict(told["next"]).ps)
+                        continue
                     request = EpochRequest.from_dict(message["request"])
                     _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]),
                                    reply_write)
+                    break
             except BaseException as error:  # before its request (joining, reading it): the host sees it die
                 status = 1
                 log_failure("spare child failed before its epoch:", error)
@@ -614,10 +631,12 @@ def _write_frame(fd: int, text: str) -> None:
 
 def _read_until(fd: int, deadline: float) -> tuple[str, bool]:
     """Read one frame (or what came before EOF: a child that died writing) until the monotonic deadline; return
-    (text, timed_out). The text is empty when nothing whole came."""
+    (text, timed_out). The text is empty when nothing whole came. Never reads past the frame: a spare's pipe may
+    hold its join frame and its request back to back."""
     data = bytearray()
     while True:
-        if len(data) >= FRAME_HEADER and len(data) >= FRAME_HEADER + int.from_bytes(data[:FRAME_HEADER], "big"):
+        size = FRAME_HEADER + int.from_bytes(data[:FRAME_HEADER], "big") if len(data) >= FRAME_HEADER else None
+        if size is not None and len(data) >= size:
             return data[FRAME_HEADER:].decode(errors="replace"), False
         left = deadline - time.monotonic()
         if left <= 0:
@@ -625,7 +644,7 @@ def _read_until(fd: int, deadline: float) -> tuple[str, bool]:
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
-        chunk = os.read(fd, 65536)
+        chunk = os.read(fd, min((size or FRAME_HEADER) - len(data), 65536))
         if not chunk:
             return "", False
         data += chunk

@@ -10,6 +10,8 @@ import copy
 import json
 import math
 import os
+import signal
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -634,20 +636,53 @@ def ahead_event(host: runtime.HostState, role: str, ahead: NextEpoch) -> tuple[i
     return response.status_code, json.loads(response.body)
 
 
-def test_an_ahead_request_has_an_idle_function_drop_its_plain_spare_for_one_that_joins_and_runs_that_epoch(
-        spared, monkeypatch):
-    """A calibration point that adds this function: its step's requests went to others, so it hears it here."""
+def test_an_ahead_request_has_an_idle_functions_spare_join_without_a_fork_and_run_that_epoch(spared, monkeypatch):
+    """A calibration point that adds this function: its step's requests went to others, so it hears it here, and
+    its idle spare joins (no fork or teardown beside the running epoch)."""
     monkeypatch.setattr(runtime, "join_ahead", Joined)
     runtime.want_spare(spared)
-    plain = spare_of(spared)
+    idle = spare_of(spared)
 
     assert ahead_event(spared, "server", AHEAD) == (200, {"ahead": True, "role": "server"})
 
-    joined = spare_of(spared, not_pid=plain)
-    assert spared.spare.joined == AHEAD and spared.ahead == ("server", AHEAD)
-    wait_for(lambda: not _exists(plain), what="the plain spare gone and reaped")
+    assert (spared.spare.pid, spared.spare.joined, spared.joined_id) == (idle, AHEAD, AHEAD.id)
     status, reply = runtime.run_epoch(spared, announced())
-    assert (status, reply["pid"], reply["joined"]) == (200, joined, ["server", 9092])
+    assert (status, reply["pid"], reply["joined"]) == (200, idle, ["server", 9092])
+
+
+def test_a_spare_handed_its_join_and_its_request_back_to_back_reads_both(spared, monkeypatch):
+    """The frames share one pipe: reading the first must not swallow the second."""
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    runtime.want_spare(spared)
+    idle = spare_of(spared)
+    os.kill(idle, signal.SIGSTOP)  # it reads nothing until both frames are in its pipe
+    try:
+        ahead_event(spared, "server", AHEAD)
+        result = {}
+        epoch = threading.Thread(target=lambda: result.update(out=runtime.run_epoch(spared, announced())))
+        epoch.start()
+        wait_for(lambda: spared.spare is None or spared.spare.pid != idle, what="the request handed over")
+    finally:
+        os.kill(idle, signal.SIGCONT)
+    epoch.join(30)
+    status, reply = result["out"]
+    assert (status, reply["pid"], reply["joined"]) == (200, idle, ["server", 9092])
+
+
+def test_an_idle_spare_forked_before_the_model_now_loaded_is_replaced_by_one_that_joins(spared, monkeypatch):
+    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    runtime.want_spare(spared)
+    stale = spare_of(spared)
+    with spared.lock:
+        spared.generation += 1  # a warm request loaded a model since
+
+    assert ahead_event(spared, "server", AHEAD)[0] == 200
+
+    fresh = spare_of(spared, not_pid=stale)
+    assert spared.spare.joined == AHEAD
+    wait_for(lambda: not _exists(stale), what="the stale spare gone and reaped")
+    status, reply = runtime.run_epoch(spared, announced())
+    assert (status, reply["pid"], reply["joined"]) == (200, fresh, ["server", 9092])
 
 
 def test_the_same_announcement_told_twice_keeps_the_spare_that_joined_it(spared, monkeypatch):

@@ -100,6 +100,8 @@ def test_calibrations_are_spread_evenly_between_the_points(fit_accuracy, points,
     (lambda d: d.update(calibration=[]), "calibration: expected a non-empty list"),
     (lambda d: d["points"][1].update(workers=0), "points[1].workers: workers and servers must be integers >= 1"),
     (lambda d: d["points"][2].update(epoch_times_s=[1.0, float("nan")]), "points[2].epoch_times_s: expected more"),
+    (lambda d: d.update(points=d["points"][:1]),  # a measurement under way: only (1,1), which calibration sampled
+     "points: every measured point was sampled by calibration, none is left to predict"),
 ])
 def test_a_bad_points_file_is_one_line_naming_the_field_and_exit_2(fit_accuracy, tmp_path, capsys, edit, message):
     path = points_file(tmp_path)
