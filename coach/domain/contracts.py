@@ -286,10 +286,7 @@ class WarmRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "WarmRequest":
-        _check_schema(data)
-        _only(data, ("schema", "action", "model", "batch_size"))
-        if data.get("action") != "warm":
-            raise ContractError("action", f"expected 'warm', got {data.get('action')!r}")
+        _check_action(data, "warm", ("model", "batch_size"))
         model = _mapping(data, "model")
         _only(model, ("path",), "model.")
         return cls(_text(model, "path", "model."), _int(data, "batch_size", "", minimum=1, optional=True))
@@ -309,11 +306,16 @@ class AheadRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "AheadRequest":
-        _check_schema(data)
-        _only(data, ("schema", "action", "role", "next"))
-        if data.get("action") != "ahead":
-            raise ContractError("action", f"expected 'ahead', got {data.get('action')!r}")
+        _check_action(data, "ahead", ("role", "next"))
         return cls(_role(data), NextEpoch.from_dict(_mapping(data, "next")))
+
+
+def _check_action(data: Mapping, action: str, fields: tuple[str, ...]) -> None:
+    """A body of one of the functions' actions: a schema this side speaks, only its fields, and that action."""
+    _check_schema(data)
+    _only(data, ("schema", "action", *fields))
+    if data.get("action") != action:
+        raise ContractError("action", f"expected {action!r}, got {data.get('action')!r}")
 
 
 def _role(data: Mapping) -> str:
