@@ -24,7 +24,8 @@ from coach.policy.run_policy import ClusterView, JobView, Policy
 from coach.ports import CheckpointStore, Clock, Placement, Platform, RecordSink, View
 
 FanOut = ThreadFanOut | SequentialFanOut
-#: An AheadRequest only has a host fork a spare: answered in milliseconds, or the function is not there.
+#: An AheadRequest only has a host tell its idle spare to join (or fork one that does): answered in milliseconds, or
+#: the function is not there.
 AHEAD_TIMEOUT_S = 5.0
 
 
@@ -325,8 +326,9 @@ class Driver:
                 return command.request(ref.fid, ps, save, meeting.id, announced)
 
             # the next step's functions this one does not use hear where it meets from an AheadRequest instead
-            idle = [ref for ref in following if ref not in refs and meeting.next_of(ref) is not None]
-            told = fan_out.beside(platform, idle, lambda ref: AheadRequest(ref.fid.role.value, meeting.next_of(ref)),
+            idle = {ref: meeting.next_of(ref) for ref in following if ref not in refs}
+            idle = {ref: ahead for ref, ahead in idle.items() if ahead is not None}
+            told = fan_out.beside(platform, list(idle), lambda ref: AheadRequest(ref.fid.role.value, idle[ref]),
                                   AHEAD_TIMEOUT_S)
             together = fan_out.together(platform, refs, request_for, command.timeout_s)
             told()
