@@ -23,7 +23,7 @@ demo-k8s: venv
 	$(BIN)/python -m coach.fakes.stack jobs/lenet-mnist.yaml
 
 test: venv kubectl chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores
 
 # tests/integration/test_kubectl.py runs kubectl against the fake apiserver: Debian's kubernetes-client (kubectl
 # 1.20) unless a kubectl is already on PATH (its package would clash with another package's /usr/bin/kubectl).

@@ -872,20 +872,25 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
 
 def _warmup_s(marks: dict[int, float], compute_s: float, steps: int) -> float | None:
     """The training loop's time that does not grow with its steps (None with fewer than two): `compute_s` less
-    `steps` steps at the rate between the first step's end and the last's. That is the first step's excess (cold
-    kernels, first shapes) and the wind-down after the last (its update and the final reads of the loss and the
-    probe). A mini-epoch pays it once, like a full epoch, so coach/policy/history.py does not scale it with the data.
-    `marks` maps step counts (1 and the last) to when that many steps were done (monotonic clock).
+    `steps` steps at the loop's steady rate, the rate between the second step's end and the last's (between the
+    first's and the last's in a loop of two steps). That is the start-up of the first two steps (cold kernels, first
+    shapes, and the first vote and probe reads, which wait for the step before's update) and the wind-down after
+    the last (its update and the final reads of the loss and the probe). A mini-epoch pays it once, like a full
+    epoch, so coach/policy/history.py does not scale it with the data. `marks` maps step counts (1, 2 and the last)
+    to when that many steps were done (monotonic clock).
 
-    Why the wind-down counts: measured for LeNet, it is 0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch
-    of 21; a rate taken over the loop's second half with it inside scaled it with the data, and put the calibration's
-    estimates of full epochs 3-16% high (benchmarks/README.md)."""
+    Why the second step counts: measured for LeNet on 2 cores (benchmarks/README.md), the second step ran 17 ms
+    beyond the steady rate on average over full epochs at ten counts (up to 50 ms at three workers), the third
+    4 ms; a rate taken from the first step's end put that excess into the rate, scaled by 1/q, and put the (3, 1)
+    mini-epochs' estimates of full epochs 18% high (7% from the second step's end). Why the wind-down counts: it is
+    0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch of 21."""
     if steps < 2 or 1 not in marks:
         return None
     last = max(marks)
     if last < 2:
         return None
-    rate_s = max(marks[last] - marks[1], 0.0) / (last - 1)
+    first = 2 if last >= 3 and 2 in marks else 1
+    rate_s = max(marks[last] - marks[first], 0.0) / (last - first)
     return min(max(compute_s - rate_s * steps, 0.0), compute_s)
 
 
@@ -975,8 +980,8 @@ PROBE_EVERY_STEPS = 4
 
 def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_workers: int,
            noise: NoiseProbe | None = None, vote: StopVote | None = None):
-    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1 and the last
-    step count to when that many steps were done (the monotonic clock): the loop's rate between them, and its time
+    """One pass over this worker's shard: (loss_sum, correct, samples, diverged, marks): marks maps 1, 2 and the
+    last step count to when that many steps were done (the monotonic clock): the loop's steady rate, and its time
     beyond that rate, its start-up and wind-down (`_warmup_s`).
 
     Divergence stops every worker at the same step, or the others would wait forever for its gradients:
@@ -1030,8 +1035,8 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
         if steps <= 2 or steps % PROBE_EVERY_STEPS == 0:
             check = probe_data.sum()  # read before the next step's push
         latest = (steps, time.monotonic())
-        if steps == 1:
-            marks[1] = latest[1]
+        if steps <= 2:
+            marks[steps] = latest[1]
     if latest is not None:
         marks[latest[0]] = latest[1]
     final = check if check is not None else probe_data.sum()  # created after the last step already, or now

@@ -16,7 +16,7 @@ class EpochMetrics:
     val_loss: float | None  # rank 0's validation loss, if the model has validation data
     accuracy: float | None  # rank 0's validation accuracy
     compute_s: float  # slowest worker's training-loop time
-    warmup_s: float | None = None  # that worker's warm-up within it: its first step beyond a later one (None: not told)
+    warmup_s: float | None = None  # that worker's loop beyond its steady rate: start-up and wind-down (None: not told)
 
 
 class BadReplies(ValueError):

@@ -232,3 +232,14 @@ def test_warmup_is_the_loops_time_beyond_its_steps_at_the_rate_between_the_first
     assert _warmup_s({}, 1.0, 10) is None and _warmup_s({1: 100.5}, 0.5, 1) is None  # fewer than two steps
     assert _warmup_s({1: 100.5}, 0.5, 10) is None  # no last mark: no rate
     assert _warmup_s({1: 100.1, 10: 90.0}, 5.0, 10) <= 5.0  # a clock that went back: within compute_s
+
+
+def test_warmup_takes_the_rate_from_the_second_steps_end_so_the_second_steps_excess_is_not_scaled():
+    # 5 steps in a 1.3 s loop: the first done at 100.2, the second 0.4 s later (0.2 s of start-up beyond the
+    # steady 0.2 s), then 0.2 s each to 101.2, and 0.1 s of wind-down: 1.3 - 5 * 0.2 = 0.3 s beyond the rate
+    marks = {1: 100.2, 2: 100.6, 5: 101.2}
+    assert _warmup_s(marks, 1.3, 5) == pytest.approx(0.3)
+    # the rate from the first step's end would have put the second step's excess into every step: 0.25 s a step
+    assert _warmup_s({1: 100.2, 5: 101.2}, 1.3, 5) == pytest.approx(0.05)
+    # two steps: no rate after the second, so it is the first's to the last's
+    assert _warmup_s({1: 100.2, 2: 100.4}, 0.5, 2) == pytest.approx(0.1)
