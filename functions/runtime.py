@@ -879,11 +879,11 @@ def _warmup_s(marks: dict[int, float], compute_s: float, steps: int) -> float | 
     epoch, so coach/policy/history.py does not scale it with the data. `marks` maps step counts (1, 2 and the last)
     to when that many steps were done (monotonic clock).
 
-    Why the second step counts: measured for LeNet on 2 cores (benchmarks/README.md), the second step ran 17 ms
-    beyond the steady rate on average over full epochs at ten counts (up to 50 ms at three workers), the third
-    4 ms; a rate taken from the first step's end put that excess into the rate, scaled by 1/q, and put the (3, 1)
-    mini-epochs' estimates of full epochs 18% high (7% from the second step's end). Why the wind-down counts: it is
-    0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch of 21."""
+    Why the second step counts: measured for LeNet on 2 cores (benchmarks/README.md), the second step ran 14 ms
+    beyond the steady rate on average over 294 worker loops of full epochs (7 ms at one worker, 20 at four), the
+    third 6 ms; a rate taken from the first step's end put that excess into the rate, scaled by 1/q, and put the
+    (3, 1) mini-epochs' estimates of full epochs 18% high in one measurement (7% from the second step's end). Why the
+    wind-down counts: it is 0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch of 21."""
     if steps < 2 or 1 not in marks:
         return None
     last = max(marks)
