@@ -6,13 +6,14 @@ its `Response`. Requests must carry the run's token (compared in constant time);
 body is read. A body that is not UTF-8 (unless its Content-Type names a binary type) or whose Content-Length is
 not a size gets 400, never 500.
 
-The host leaves when its controller does, also after `kill -9`: it asks Linux to SIGKILL it when the controller
-dies (PR_SET_PDEATHSIG; the controller must start hosts from a thread that lives as long as they do, because the
-signal follows the thread that forked), and it watches its parent pid as a fallback. Its epoch children die with
-it the same way (functions/runtime.py). So no function outlives `coach run`.
+The host leaves when its parent does, also after `kill -9`: it asks Linux to SIGKILL it when its parent dies
+(PR_SET_PDEATHSIG; the parent must start hosts from a thread that lives as long as they do, because the signal
+follows the thread that forked), and it watches its parent pid as a fallback. Its parent is the template process
+(coach.platforms.template), which leaves with the controller the same way; its epoch children die with it the same
+way (functions/runtime.py). So no function outlives `coach run`.
 
-Run as `COACH_FUNCTION_TOKEN=T python -m coach.platforms.host --handler functions.worker.main:handler --parent-pid P`;
-it prints `READY <port>` on stdout when it serves.
+Run as `COACH_FUNCTION_TOKEN=T python -m coach.platforms.host --handler functions.worker.main:handler --parent-pid P`
+(or forked by the template with those arguments); it prints `READY <port>` on stdout when it serves.
 """
 
 from __future__ import annotations

@@ -3,25 +3,21 @@
 Side effects: starts and kills processes, writes one log file per function under `<run dir>/logs/`.
 Invocations go over real HTTP with `requests`, exactly as to a deployed Nuclio function.
 
-Every host is started from one thread of the platform that lives until the platform is closed. A host asks Linux
-to kill it when the thread that forked it ends (PR_SET_PDEATHSIG), so when the controller dies, even by `kill -9`,
-its hosts die with it at once; started from a short-lived worker thread they would die as soon as it returned.
+Every host is forked by this process's template (coach.platforms.template), which has imported MXNet once, so a
+host is ready in well under a second instead of paying MXNet's import. The template dies with the controller, even
+by `kill -9`, and the hosts die with the template (PR_SET_PDEATHSIG), so no host outlives `coach run`.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import requests
 
@@ -29,6 +25,7 @@ from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
+from coach.platforms.template import HostProcess, TemplateError, template_for
 
 #: Nuclio handler of each parameter-server role (`spec.handler` in functions/<role>/function.yaml).
 ROLE_HANDLERS: Mapping[Role, str] = {
@@ -38,48 +35,9 @@ ROLE_HANDLERS: Mapping[Role, str] = {
 }
 LOOPBACK = "127.0.0.1"  # every node of the embedded platform is this machine
 
-READY_TIMEOUT_S = 120.0  # a cold host imports MXNet; two cores shared by many hosts can be slow
+READY_TIMEOUT_S = 120.0  # the template's first host waits for its imports; two cores shared by many hosts can be slow
 CANCEL_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0  # how long hosts get to leave after SIGTERM before SIGKILL (together, not one after another)
-
-
-class Spawner:
-    """One long-lived thread that starts every process: PR_SET_PDEATHSIG follows the thread that forked."""
-
-    def __init__(self, name: str = "coach-spawner"):
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            start, future = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(start())
-                except BaseException as error:  # noqa: BLE001 - handed to the caller
-                    future.set_exception(error)
-
-    def run(self, start: Callable[[], object]) -> object:
-        """`start()` on the spawner thread; its result, or its exception; None once the spawner is closed."""
-        future: Future = Future()
-        with self._lock:
-            if self._closed:
-                return None
-            self._jobs.put((start, future))
-        return future.result()
-
-    def close(self) -> None:
-        """End the thread once what was asked before has run (processes it started then get their signal)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._jobs.put(None)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=10)
 
 
 def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
@@ -101,32 +59,32 @@ class LocalPlatform:
         self.token = token
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}), TOKEN_ENV: token}
         self.handlers = {**ROLE_HANDLERS, **(handlers or {})}
-        self._procs: dict[int, subprocess.Popen] = {}  # pid -> host; a ref names its own instance by pid
+        self._procs: dict[int, HostProcess] = {}  # pid -> host; a ref names its own instance by pid
         self._lock = threading.Lock()
         self._closed = False
         self._session = threading.local()
-        self._spawner = Spawner()
+        template_for(self.env, secret_variables=(TOKEN_ENV,))  # starts importing MXNet while the job calibrates
 
     def deploy(self, fid: FunctionId, node: str) -> FunctionRef | Failure:
         name, handler = fid.name, self.handlers[fid.role]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with open(self.log_dir / f"{name}.log", "ab") as log:
-            cmd = [sys.executable, "-m", "coach.platforms.host", "--handler", handler, "--name", name,
-                   "--parent-pid", str(os.getpid())]
-
-            def start() -> subprocess.Popen | None:
-                with self._lock:  # on the spawner thread, so the host's PR_SET_PDEATHSIG follows the platform
-                    if self._closed:
-                        return None
-                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                            env=self.env)
-                    self._procs[proc.pid] = proc
-                    return proc
-
-            proc = self._spawner.run(start)
-            if proc is None:
+        with self._lock:
+            if self._closed:
                 return Failure(name, DEPLOY, "platform is shutting down")
+        template = template_for(self.env, secret_variables=(TOKEN_ENV,))
+        argv = ["--handler", handler, "--name", name, "--parent-pid", str(template.pid)]
+        try:
+            with open(self.log_dir / f"{name}.log", "ab") as log:
+                proc = template.fork_host(argv, self.env, os.getcwd(), log.fileno())
+        except (TemplateError, OSError) as error:
+            return Failure(name, DEPLOY, f"could not start the host: {error}", time.monotonic() - started)
+        with self._lock:
+            self._procs[proc.pid] = proc
+            closed = self._closed
+        if closed:  # closed while this host started: it must not outlive the platform
+            self._kill(proc.pid)
+            return Failure(name, DEPLOY, "platform is shutting down")
         port = self._await_ready(proc, started + READY_TIMEOUT_S)
         if port is None:
             self._kill(proc.pid)
@@ -135,8 +93,8 @@ class LocalPlatform:
         return FunctionRef(fid=fid, node=node, url=f"http://{LOOPBACK}:{port}/", host=LOOPBACK, instance=str(proc.pid))
 
     @staticmethod
-    def _await_ready(proc: subprocess.Popen, deadline: float) -> int | None:
-        fd = proc.stdout.fileno()
+    def _await_ready(proc: HostProcess, deadline: float) -> int | None:
+        fd = proc.stdout_fd
         buffer = b""
         while time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 0.2)
@@ -148,7 +106,7 @@ class LocalPlatform:
                 for line in buffer.decode(errors="replace").splitlines():
                     if line.startswith("READY "):
                         return int(line.split()[1])
-            elif proc.poll() is not None:
+            elif proc.exited():
                 return None
         return None
 
@@ -203,17 +161,13 @@ class LocalPlatform:
         with self._lock:
             procs = [proc for pid in pids if (proc := self._procs.pop(pid, None)) is not None]
         for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+            proc.signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for proc in procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout:
-                proc.stdout.close()
+            if not proc.exited(deadline - time.monotonic()):
+                proc.signal(signal.SIGKILL)
+                proc.exited(STOP_GRACE_S)
+            proc.close()
 
     def close(self) -> None:
         """Kill every host; in-flight invocations then fail as `unreachable`."""
@@ -221,4 +175,3 @@ class LocalPlatform:
             self._closed = True
             pids = list(self._procs)
         self._stop(pids)
-        self._spawner.close()

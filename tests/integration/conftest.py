@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -18,16 +19,20 @@ LENET = Path(__file__).resolve().parents[2] / "jobs" / "models" / "lenet.py"
 
 
 def host_processes(marker: str) -> list[str]:
-    """Command lines of live function hosts (and their epoch children) whose name contains `marker`."""
+    """Live function hosts (and their epoch children) whose name contains `marker`, as `pid log-file`.
+
+    Hosts are forked by the template process, so they carry its command line; what names a host is its stderr,
+    the function's log file `<run>/logs/<job>-<role>-<index>.log`, which its epoch children inherit."""
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for process in Path("/proc").glob("[0-9]*"):
         try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:  # the process ended while we looked
+            args = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (process / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            log = os.readlink(process / "fd" / "2")
+        except OSError:  # the process ended while we looked, or is not ours
             continue
-        if "coach.platforms.host" in args and marker in args and state != "Z":
-            found.append(args)
+        if "coach.platforms" in args and marker in Path(log).name and state != "Z":
+            found.append(f"{process.name} {log}")
     return found
 
 

@@ -15,16 +15,22 @@ from .conftest import wait_until
 
 
 def host_pid(function_name: str) -> int | None:
-    """The warm host (not an epoch child) serving `function_name`: its parent is this test process."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    """The warm host (not an epoch child) serving `function_name`: its stderr is the function's log file, and its
+    parent's (the template process's) is not."""
+    def log_of(pid: str) -> str:
         try:
-            args = cmdline.read_bytes().split(b"\0")
-            status = (cmdline.parent / "status").read_text()
+            return os.readlink(f"/proc/{pid}/fd/2")
+        except OSError:
+            return ""
+
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            status = (process / "status").read_text()
         except OSError:
             continue
-        ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
-        if b"coach.platforms.host" in args and function_name.encode() in args and ppid == os.getpid():
-            return int(cmdline.parent.name)
+        ppid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        if log_of(process.name).endswith(f"/{function_name}.log") and not log_of(ppid).endswith(f"/{function_name}.log"):
+            return int(process.name)
     return None
 
 
