@@ -61,6 +61,7 @@ from coach.domain.contracts import (
     NextEpoch,
     PsAddress,
     PsNodeReply,
+    WarmReply,
     WarmRequest,
     WorkerReply,
 )
@@ -686,6 +687,7 @@ def handle_event(context, event, role: str) -> Any:
         announce(host, request.role, request.next)
         return _respond(context, 200, {"ahead": True, "role": role})
     if isinstance(request, WarmRequest):  # load the model file and its data before the first timed epoch
+        warmed = WarmReply()
         if role == "worker":
             try:
                 module, data = load_model(host, request.model_path)
@@ -694,7 +696,8 @@ def handle_event(context, event, role: str) -> Any:
             if request.batch_size is not None:  # before any epoch: calibration then measures warm children too
                 warm_host(host, request.model_path, module, data, request.batch_size)
             want_spare(host)  # one that holds the model now
-        return _respond(context, 200, {"warm": True, "role": role})
+            warmed = WarmReply(train_samples=len(data["X_train"]))
+        return _respond(context, 200, {**warmed.to_dict(), "role": role})
     if role == "worker":
         try:
             module, _ = load_model(host, request.model_path)  # rejected here, before any fork; cached for the child

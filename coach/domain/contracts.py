@@ -293,6 +293,23 @@ class WarmRequest:
 
 
 @dataclass(frozen=True)
+class WarmReply:
+    """What a warmed worker tells: the size of its training set, so that the job's first calibration step already
+    trains whole batches (coach.policy.planning.calibration_fraction) instead of a share of data of unknown size."""
+
+    train_samples: int | None = None  # samples of a full epoch (None: a server, or a host of an earlier version)
+
+    def to_dict(self) -> dict:
+        body = {"schema": SCHEMA, "warm": True}
+        return body if self.train_samples is None else {**body, "train_samples": self.train_samples}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "WarmReply":
+        _check_schema(data)
+        return cls(_int(data, "train_samples", "", minimum=1, optional=True))
+
+
+@dataclass(frozen=True)
 class AheadRequest:
     """Where this idle function's next epoch will meet, announced while the job's current step runs on other
     functions (a calibration point that adds a worker or a server): its host's spare joins that ps-lite rendezvous

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from coach.domain.contracts import AheadRequest, ContractError, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import AheadRequest, ContractError, PsAddress, WarmReply, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, has_quorum
 from coach.domain.invocation import ERROR, UNREACHABLE, Failure, FunctionRef
 from coach.drivers.fanout import ThreadFanOut, SequentialFanOut, Together
@@ -289,24 +289,26 @@ class Driver:
     def _deploy_work(self, job: str, command: cmd.Deploy) -> Work:
         platform, fan_out = self.ports.platform, self.fan_out
 
-        def run() -> tuple[list[FunctionRef], Failure | None, float]:
+        def run() -> tuple[list[FunctionRef], Failure | None, float, int | None]:
             results = fan_out.map(lambda pair: platform.deploy(*pair), command.placements)
             refs = [r for r in results if isinstance(r, FunctionRef)]
             failures = [r for r in results if isinstance(r, Failure)]
             took_s = max((getattr(r, "duration_s", 0.0) for r in failures), default=0.0)
             workers = [r for r in refs if r.fid.role == Role.WORKER]
+            train_samples = None
             if not failures and workers:  # load the model and its data now, not inside the first timed epoch
                 warm = WarmRequest(command.model_path, command.batch_size)
                 warmed = fan_out.together(platform, workers, lambda ref: warm, 600.0)
                 took_s = max(took_s, warmed.wall_s)
                 if warmed.failure:
                     failures.append(warmed.failure)
-            return refs, (failures[0] if failures else None), took_s
+                train_samples = _told_train_samples(warmed.replies.values())
+            return refs, (failures[0] if failures else None), took_s, train_samples
 
         def to_event(result, now_s: float) -> ev.Event:
-            refs, failure, _ = result
+            refs, failure, _, train_samples = result
             self.refs.update({ref.fid: ref for ref in refs})
-            return ev.Deployed(now_s, tuple(ref.fid for ref in refs), failure)
+            return ev.Deployed(now_s, tuple(ref.fid for ref in refs), failure, train_samples)
 
         return Work(job, run, to_event, lambda result: result[2])
 
@@ -346,6 +348,18 @@ class Driver:
             return Failure(job, UNREACHABLE, "platform closed", after_s), {}, durations, after_s, None
 
         return Work(job, run, to_event, lambda result: result[3], cut)
+
+
+def _told_train_samples(replies) -> int | None:
+    """The training set's size the warmed workers agree on; None when one does not tell it (an earlier version) or
+    they disagree (a model file whose data is not the same in every host: its epochs will say)."""
+    told = set()
+    for reply in replies:
+        try:
+            told.add(WarmReply.from_dict(reply.body).train_samples)
+        except ContractError:
+            return None
+    return told.pop() if len(told) == 1 else None
 
 
 def epoch_result(together: Together, refs: Sequence[FunctionRef], store: CheckpointStore):

@@ -51,6 +51,7 @@ class Deployed:
     now_s: float
     ready: tuple[FunctionId, ...]  # deployed (and warmed) functions
     failure: Failure | None = None
+    train_samples: int | None = None  # samples of a full epoch, as the warmed workers told (None: not told)
 
 
 @dataclass(frozen=True)

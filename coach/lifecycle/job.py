@@ -276,9 +276,7 @@ class JobLifecycle:
         workers, servers = self.calibration[number - 1]
         predicted = predicted_cost(self.history.last_cost, self.history.last_counts, (workers, servers),
                                    self._max_price)
-        running = min(workers, self.workers) if self.workers else workers  # it runs with at most those deployed
-        fraction = calibration_fraction(self.spec.calibration_fraction, running,
-                                        self._batch_for(running).batch_size, self._data_samples)
+        fraction = self._calibration_share(workers)
         last = self._trained_share
         if last and fraction > last:  # more data than the last step trained; never more than its timeout's worth
             predicted = min(predicted * fraction / last,
@@ -293,6 +291,21 @@ class JobLifecycle:
             return self._run_step(now_s)
         largest = (max(w for w, _ in self.calibration), max(s for _, s in self.calibration))
         return self._ensure(now_s, *largest)  # every point uses a subset of these functions
+
+    def _calibration_share(self, workers: int) -> float:
+        running = min(workers, self.workers) if self.workers else workers  # it runs with at most those deployed
+        return calibration_fraction(self.spec.calibration_fraction, running, self._batch_for(running).batch_size,
+                                    self._data_samples)
+
+    def _calibrate_whole_batches(self) -> None:
+        """A calibration step planned before the data's size was known (the first) trains whole batches once the
+        warmed workers have told it, as every later step does: on a share of data of unknown size ResNet-18's
+        first step had two batches, too few for its loop to have a steady rate."""
+        step = self.step
+        if step is None or step.epoch or "calibration_step" not in step.extra:
+            return
+        fraction = self._calibration_share(step.workers)
+        self.step = replace(step, data_fraction=fraction, extra={**step.extra, "data_fraction": fraction})
 
     def _on_decided(self, event: ev.Decided) -> list[cmd.Command]:
         if self.awaiting != Awaiting.DECISION:
@@ -400,6 +413,9 @@ class JobLifecycle:
             return self._finish(event.now_s, reason)
         counts = role_counts(self.deployed)
         self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
+        if self._data_samples is None and event.train_samples:
+            self._data_samples = event.train_samples
+            self._calibrate_whole_batches()
         if self._after_timer == "retry":  # fresh instances of a failed epoch's functions
             self._after_timer = ""
             self._show_running(f" (attempt {self.attempt})")

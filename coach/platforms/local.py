@@ -11,7 +11,6 @@ by `kill -9`, and the hosts die with the template (PR_SET_PDEATHSIG), so no host
 from __future__ import annotations
 
 import os
-import select
 import signal
 import socket
 import threading
@@ -25,7 +24,7 @@ from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef, Reply
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
-from coach.platforms.template import HostProcess, TemplateError, template_for
+from coach.platforms.template import HostProcess, TemplateError, readable, template_for
 
 #: Nuclio handler of each parameter-server role (`spec.handler` in functions/<role>/function.yaml).
 ROLE_HANDLERS: Mapping[Role, str] = {
@@ -97,8 +96,7 @@ class LocalPlatform:
         fd = proc.stdout_fd
         buffer = b""
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
+            if readable(fd, 0.2):
                 chunk = os.read(fd, 4096)
                 if not chunk:
                     return None

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest, WorkerReply
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmReply, WarmRequest, WorkerReply
 from coach.domain.deadlines import training_stop_s
 from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import ERROR, TIMEOUT, Failure, FunctionRef, Reply
@@ -87,8 +87,10 @@ class SimulatedPlatform:
                timeout_s: float) -> Reply | Failure:
         if ref.fid not in self._live:
             return Failure(ref.name, "unreachable", "function was removed")
-        if isinstance(request, WarmRequest):
-            return Reply(ref.name, {"warm": True, "role": ref.role}, self.deploy_s)
+        if isinstance(request, WarmRequest):  # a worker tells its training set's size, as the runtime's do
+            model = self.models.get(ref.fid.job, SimModel())
+            told = WarmReply(model.samples if ref.fid.role == Role.WORKER else None)
+            return Reply(ref.name, {**told.to_dict(), "role": ref.role}, self.deploy_s)
         if isinstance(request, AheadRequest):  # nothing joins here: an announcement costs nothing
             return Reply(ref.name, {"ahead": True, "role": ref.role}, 0.0)
         model = self.models.get(ref.fid.job, SimModel())

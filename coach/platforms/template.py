@@ -19,8 +19,10 @@ platform of the controller process whose environment agrees on what MXNet reads 
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
+import math
 import os
 import queue
 import select
@@ -72,6 +74,13 @@ class Spawner:
         return future.result()
 
 
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether `fd` has something to read (or its end), waiting at most `timeout_s`."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout_s, 0.0) * 1000))
+
+
 class HostProcess:
     """A host forked by the template: not this process's child, so it is watched and signalled through a pidfd."""
 
@@ -81,9 +90,8 @@ class HostProcess:
         self.stdout_fd = stdout_fd  # the read end of the host's stdout, where it prints `READY <port>`
 
     def exited(self, timeout_s: float = 0.0) -> bool:
-        """Whether the host has ended, waiting at most `timeout_s` for it."""
-        ready, _, _ = select.select([self.pidfd], [], [], max(timeout_s, 0.0))
-        return bool(ready)
+        """Whether the host has ended, waiting at most `timeout_s` for it (poll, not select: no limit on fd numbers)."""
+        return readable(self.pidfd, timeout_s)
 
     def signal(self, signum: int) -> None:
         try:
@@ -104,6 +112,7 @@ class Template:
 
     def __init__(self, env: Mapping[str, str], spawner: Spawner):
         self._lock = threading.Lock()
+        self._broken = False  # it did not answer in time: an answer may still come, so it forks no more hosts
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._socket = ours
         try:
@@ -120,20 +129,29 @@ class Template:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def close(self) -> None:
-        """Let go of a template that has ended: its socket and its exit status."""
+    def usable(self) -> bool:
+        return not self._broken and self.alive()
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """End the template (it leaves when its socket closes, and its hosts with it) and collect its exit status."""
         self._socket.close()
-        self._process.wait()
+        try:
+            self._process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
     def fork_host(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, stderr_fd: int) -> HostProcess:
         """A new host running `coach.platforms.host` with `argv`; its stderr goes to `stderr_fd`."""
         read_fd, write_fd = os.pipe()
-        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd,
+                              "deadline_unix_s": time.time() + REPLY_TIMEOUT_S}).encode()
         try:
             with self._lock:
                 socket.send_fds(self._socket, [request], [write_fd, stderr_fd])
                 reply, fds = self._receive()
         except BaseException:
+            self._broken = True
             os.close(read_fd)
             raise
         finally:
@@ -148,8 +166,7 @@ class Template:
     def _receive(self) -> tuple[dict, list[int]]:
         deadline = time.monotonic() + REPLY_TIMEOUT_S
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self._socket], [], [], 0.5)
-            if ready:
+            if readable(self._socket.fileno(), 0.5):
                 message, fds, _, _ = socket.recv_fds(self._socket, MAX_REQUEST_BYTES, 1)
                 if not message:
                     raise TemplateError(f"template process {self.pid} closed its socket")
@@ -161,7 +178,20 @@ class Template:
 
 _SPAWNER: Spawner | None = None
 _TEMPLATES: dict[tuple[tuple[str, str], ...], Template] = {}
+_RETIRED: list[Template] = []  # broken but alive: kept, since their hosts die when they do (and they, on EOF)
 _TEMPLATES_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_templates() -> None:
+    """At a normal exit, end every template now rather than leave it to the death signal (the hosts are gone by then:
+    their platforms were closed)."""
+    with _TEMPLATES_LOCK:
+        templates = [*_TEMPLATES.values(), *_RETIRED]
+        _TEMPLATES.clear()
+        _RETIRED.clear()
+    for template in templates:
+        template.close()
 
 
 def import_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -175,8 +205,10 @@ def template_for(env: Mapping[str, str], secret_variables: Sequence[str] = ()) -
     key = import_key(env)
     with _TEMPLATES_LOCK:
         template = _TEMPLATES.get(key)
-        if template is None or not template.alive():
-            if template is not None:
+        if template is None or not template.usable():
+            if template is not None and template.alive():
+                _RETIRED.append(template)
+            elif template is not None:
                 template.close()
             if _SPAWNER is None:
                 _SPAWNER = Spawner("coach-template-spawner")
@@ -253,6 +285,8 @@ def _serve_one(sock: socket.socket) -> bool:
         request = json.loads(message)
         if len(fds) != 2 or not isinstance(request.get("argv"), list) or not isinstance(request.get("env"), dict):
             raise ValueError("a request has an argv, an env and two file descriptors")
+        if time.time() > request.get("deadline_unix_s", math.inf):  # its controller gave up: no host nobody tracks
+            raise TimeoutError("the request's deadline passed before the template read it")
         pid = os.fork()
         if pid == 0:
             _become_host(sock, request, fds[0], fds[1])
@@ -294,8 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     _preload()
     while os.getppid() == parent_pid:
-        ready, _, _ = select.select([sock], [], [], PARENT_POLL_S)
-        if ready and not _serve_one(sock):
+        if readable(sock.fileno(), PARENT_POLL_S) and not _serve_one(sock):
             break
         _reap()
     return 0

@@ -36,7 +36,7 @@ CALIBRATION_MIN_STEPS = 4
 def calibration_fraction(fraction: float, workers: int, batch_per_worker: int, data_samples: int | None) -> float:
     """The share of the data a calibration mini-epoch at `workers` trains: whole batches on every worker, as many
     as the job's `calibration_fraction` comes nearest to and at least CALIBRATION_MIN_STEPS, up to all of it; the
-    job's share while the data's size is unknown (it is learnt from the first mini-epoch's reply).
+    job's share while the data's size is unknown (the warmed workers tell it at deploy; every mini-epoch's reply too).
 
     Whole batches, because a step costs nearly the same however full its batch is (every parameter is pushed and
     pulled), while a mini-epoch is scaled to a full epoch by its share of the data: LeNet at (3, 1) on a quarter

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WarmRequest, WorkerReply
+from coach.domain.contracts import EpochRequest, Hyper, PsAddress, WarmReply, WarmRequest, WorkerReply
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import REJECTED, Failure, Reply
 from coach.platforms.local import LocalPlatform
@@ -347,7 +347,8 @@ def test_a_warm_request_with_the_jobs_batch_warms_each_worker_host_once_per_shap
     def warm() -> None:
         for ref in epochs.refs:
             if ref.role == "worker":
-                assert isinstance(epochs.platform.invoke(ref, WarmRequest(str(path), batch_size=32), 60), Reply)
+                reply = epochs.platform.invoke(ref, WarmRequest(str(path), batch_size=32), 60)
+                assert isinstance(reply, Reply) and WarmReply.from_dict(reply.body).train_samples == 192, reply
 
     def rank0(runs, results) -> WorkerReply:
         assert all(isinstance(r, Reply) for r in results.values()), results

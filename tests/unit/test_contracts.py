@@ -32,6 +32,7 @@ from coach.domain.contracts import (
     NextEpoch,
     PsAddress,
     PsNodeReply,
+    WarmReply,
     WarmRequest,
     WorkerReply,
 )
@@ -129,6 +130,15 @@ def test_a_malformed_announcement_names_its_field(field, value, message):
         EpochRequest.from_dict({**REQUEST.to_dict(), "rendezvous_id": "a1", field: value})
 
     assert (str(caught.value), caught.value.field) == (message, message.split(": ", 1)[0])
+
+
+def test_a_warm_reply_tells_the_training_sets_size_and_names_a_bad_one():
+    assert WarmReply.from_dict(WarmReply(1000).to_dict()) == WarmReply(1000)
+    assert WarmReply.from_dict({"warm": True, "role": "worker"}) == WarmReply(None)  # a host of an earlier version
+    for bad, message in ((0, "train_samples: must be >= 1, got 0"), ("9", "train_samples: expected an integer, got str")):
+        with pytest.raises(ContractError, match=f"^{message}$") as caught:
+            WarmReply.from_dict({"schema": SCHEMA, "warm": True, "train_samples": bad})
+        assert caught.value.field == "train_samples"
 
 
 def test_a_worker_reply_carries_the_mean_loss_and_accuracy_next_to_the_sums():
@@ -413,7 +423,7 @@ def call(role: str, body: Any) -> tuple[int, dict]:
     (VALID, 400, {"error": "role: this is the server function, got a request for the worker role", "field": "role",
                   "role": "server"}),
     ({"action": "warm"}, 400, {"error": "model: required", "field": "model", "role": "server"}),
-    (WarmRequest("does/not/matter.py").to_dict(), 200, {"warm": True, "role": "server"}),
+    (WarmRequest("does/not/matter.py").to_dict(), 200, {"schema": SCHEMA, "warm": True, "role": "server"}),
     ({"action": "cancel"}, 200, {"cancelled": 0}),
 ], ids=["not-json", "not-utf8", "list", "empty", "unknown-action", "ahead-wrong-role", "ahead-no-id", "port-str",
         "wrong-role", "warm-no-model", "warm-server", "cancel"])

@@ -305,7 +305,8 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
 def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_worker():
     """512 samples at batch 32: an eighth of the data gives a worker 2 batches at w = 1 and 1 at w = 2, so the
     points train 4 whole batches per worker (one sample short): a quarter and a half of the data; the first point
-    asks before the data's size is known."""
+    asks before the data's size is known (these workers did not tell it at deploy, as a host of an earlier version
+    would not)."""
     spec = dynamic_spec(calibration_fraction=0.125)
     d = Driver(spec, calibration=CALIBRATION)
     d.send(Start(T0))
@@ -350,6 +351,18 @@ def test_the_calibration_floor_counts_the_batch_an_adaptive_job_will_train_at():
         out = d.send(replace(done, replies={fid: replace(r, grad_var=6400.0, grad_sqr=1.0, noise_steps=2)
                                             for fid, r in done.replies.items()}))
     assert max(batches) > 32  # the batch did grow
+
+
+def test_the_size_the_warmed_workers_told_makes_the_first_calibration_step_whole_batches():
+    """Without it the first step trains the job's share of data of unknown size: an eighth of 512 samples is two
+    batches of 32 at (1, 1), below the floor of four, so its loop has no steady steps to take a rate from."""
+    d = Driver(dynamic_spec(calibration_fraction=0.125), calibration=CALIBRATION)
+    d.send(Start(T0))
+    d.bind_all(T0 + 1)
+    call = d.send(Deployed(T0 + 2, F22, None, train_samples=512))[-1]
+    assert (call.step, call.workers, call.servers) == (1, 1, 1)
+    assert call.data_fraction == 127 / 512  # 4 batches of 32, one sample short
+    assert d.lc._data_samples == 512
 
 
 def test_a_mini_epoch_cut_at_its_deadline_still_tells_the_datas_size():

@@ -20,6 +20,7 @@ from coach.domain.identity import FunctionId, Role
 from coach.domain.invocation import DEPLOY, Failure
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
 from coach.platforms.local import LocalPlatform
+from coach.platforms import template as template_module
 from coach.platforms.template import import_key, template_for
 
 HERE = Path(__file__).resolve().parent  # `fake_echo` imports from here when it is the working directory
@@ -137,3 +138,36 @@ def test_the_template_and_its_hosts_die_with_a_controller_killed_by_sigkill(tmp_
         if controller.poll() is None:
             controller.kill()
         controller.stdout.close()
+
+
+def test_a_template_that_does_not_answer_in_time_forks_nothing_more_and_its_hosts_keep_serving(tmp_path, monkeypatch):
+    monkeypatch.chdir(HERE)
+    platform = LocalPlatform(tmp_path, TOKEN, handlers=HANDLER)
+    try:
+        first = platform.deploy(FunctionId("job", Role.WORKER, 0), "node")
+        assert not isinstance(first, Failure), first
+        stuck = template_for(platform.env)
+        monkeypatch.setattr(template_module, "REPLY_TIMEOUT_S", 1.0)
+        os.kill(stuck.pid, signal.SIGSTOP)
+        try:
+            late = platform.deploy(FunctionId("job", Role.WORKER, 1), "node")
+        finally:
+            os.kill(stuck.pid, signal.SIGCONT)
+        assert isinstance(late, Failure) and late.kind == DEPLOY
+        assert late.message == f"could not start the host: template process {stuck.pid} did not answer within 1 s"
+        monkeypatch.setattr(template_module, "REPLY_TIMEOUT_S", 120.0)  # a new template imports MXNet first
+        again = platform.deploy(FunctionId("job", Role.WORKER, 2), "node")
+        assert not isinstance(again, Failure), again
+        assert template_for(platform.env) is not stuck and stuck.alive()  # retired, not killed: its host serves on
+        assert where(first)["pid"] == int(first.instance)
+        time.sleep(1.5)  # the stuck template has read the request by now, past its deadline: it forked nothing
+        assert not [p for p in Path("/proc").glob("[0-9]*") if _log_of(p).endswith("/job-worker-1.log")]
+    finally:
+        platform.close()
+
+
+def _log_of(process: Path) -> str:
+    try:
+        return os.readlink(process / "fd" / "2")
+    except OSError:
+        return ""
