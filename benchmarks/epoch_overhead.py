@@ -143,8 +143,35 @@ def run_coach(args: argparse.Namespace, tmp: Path) -> dict:
             "run_dir": str(report.run_dir)}
 
 
+def descendants_cpu_s(root: int, tick: float) -> float:
+    """CPU seconds of the live descendants of `root`, each with the children it has reaped (/proc/<pid>/stat).
+
+    Why: function hosts are forked by the platform's template process (coach/platforms/template.py), which reaps
+    them, and this process reaps the template only when it ends; their CPU is not in `os.times()` meanwhile."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked: its time is in its parent's reaped children by now
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(value) for value in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    total, frontier = 0.0, [root]
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            total += times[child]
+            frontier.append(child)
+    return total
+
+
 class CpuMeter:
-    """CPU seconds used on the whole machine vs. by this process tree (reaped children included).
+    """CPU seconds used on the whole machine vs. by this process tree (its live descendants and every reaped child
+    included).
 
     The difference is what *other* processes used meanwhile: on a 2-core machine a concurrent test run
     skews both sides, so the benchmark reports it instead of silently publishing a noisy ratio.
@@ -159,7 +186,8 @@ class CpuMeter:
             fields = [int(v) for v in fh.readline().split()[1:]]
         busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # minus idle and iowait
         t = os.times()
-        return time.monotonic(), busy / self.tick, t.user + t.system + t.children_user + t.children_system
+        own = t.user + t.system + t.children_user + t.children_system + descendants_cpu_s(os.getpid(), self.tick)
+        return time.monotonic(), busy / self.tick, own
 
     def stop(self) -> dict:
         end = self._sample()
