@@ -5,6 +5,7 @@ benchmark script imported as a module."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import threading
@@ -19,6 +20,15 @@ from coach.platforms.simulated import SimulatedPlatform
 
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def stderr_of(pid: int | str) -> str:
+    """Where process `pid` writes its stderr (a function host: its log file; its epoch children inherit it); ""
+    when it has ended or is not ours. Forked hosts carry the template's command line, so this is what names them."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return ""
 
 
 def benchmark_script(name: str) -> Iterator:

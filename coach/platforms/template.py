@@ -42,7 +42,6 @@ IMPORT_VARIABLE_PREFIXES = ("MXNET_", "OMP_", "KMP_", "OPENBLAS_", "MKL_", "LD_"
 MAX_REQUEST_BYTES = 256 * 1024  # a request is an argv and an environment: a few kilobytes (a socket buffer holds 208 KiB)
 PARENT_POLL_S = 0.5  # how often the template checks that its controller is alive and reaps its children
 REPLY_TIMEOUT_S = 120.0  # the first request waits for the template's imports, on two cores shared by many hosts
-PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when the thread that forked it ends
 PR_SET_NAME = 15  # prctl option: the name `top` and `ps -o comm` show (15 bytes)
 
 
@@ -317,15 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     sock = socket.socket(fileno=int(args[0]))
     parent_pid = int(args[1])
-    import ctypes
+    from coach.platforms.host import die_with_parent
 
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the parent watch below still applies
-        pass
+    die_with_parent(parent_pid)  # the host's own: SIGKILL when the controller's spawner thread ends, or leave now
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the controller and the hosts; we leave with it
-    if os.getppid() != parent_pid:
-        return 0
     _preload()
     while os.getppid() == parent_pid:
         if readable(sock.fileno(), PARENT_POLL_S) and not _serve_one(sock):

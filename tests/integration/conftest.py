@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.fakes.stack import LoopbackStack
 from coach.files.jobs import load_job
+from tests.support import stderr_of
 
 MODELS = Path(__file__).parent / "models"
 LENET = Path(__file__).resolve().parents[2] / "jobs" / "models" / "lenet.py"
@@ -28,9 +28,9 @@ def host_processes(marker: str) -> list[str]:
         try:
             args = (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (process / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            log = os.readlink(process / "fd" / "2")
-        except OSError:  # the process ended while we looked, or is not ours
+        except OSError:  # the process ended while we looked
             continue
+        log = stderr_of(process.name)
         if "coach.platforms" in args and marker in Path(log).name and state != "Z":
             found.append(f"{process.name} {log}")
     return found

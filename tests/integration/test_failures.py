@@ -11,25 +11,22 @@ from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.storage.results import read_log
 from coach.app.run import run_jobs
 
+from tests.support import stderr_of
+
 from .conftest import wait_until
 
 
 def host_pid(function_name: str) -> int | None:
     """The warm host (not an epoch child) serving `function_name`: its stderr is the function's log file, and its
     parent's (the template process's) is not."""
-    def log_of(pid: str) -> str:
-        try:
-            return os.readlink(f"/proc/{pid}/fd/2")
-        except OSError:
-            return ""
-
     for process in Path("/proc").glob("[0-9]*"):
         try:
             status = (process / "status").read_text()
         except OSError:
             continue
         ppid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
-        if log_of(process.name).endswith(f"/{function_name}.log") and not log_of(ppid).endswith(f"/{function_name}.log"):
+        if stderr_of(process.name).endswith(f"/{function_name}.log") and \
+                not stderr_of(ppid).endswith(f"/{function_name}.log"):
             return int(process.name)
     return None
 

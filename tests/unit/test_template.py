@@ -22,6 +22,7 @@ from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
 from coach.platforms.local import LocalPlatform
 from coach.platforms import template as template_module
 from coach.platforms.template import import_key, template_for
+from tests.support import stderr_of
 
 HERE = Path(__file__).resolve().parent  # `fake_echo` imports from here when it is the working directory
 HANDLER = {Role.WORKER: "fake_echo:handler"}
@@ -69,7 +70,7 @@ def test_forked_hosts_get_their_own_environment_directory_and_pid_from_one_share
         template = template_for(first.env)
         assert f"PPid:\t{template.pid}\n" in Path(f"/proc/{one.instance}/status").read_text()
         assert f"{TOKEN_ENV}=".encode() not in Path(f"/proc/{template.pid}/environ").read_bytes()
-        assert os.readlink(f"/proc/{one.instance}/fd/2") == str(tmp_path / "a" / "job-worker-0.log")
+        assert stderr_of(one.instance) == str(tmp_path / "a" / "job-worker-0.log")
     finally:
         first.close()
     assert until(lambda: gone(int(one.instance)), 5)
@@ -161,13 +162,6 @@ def test_a_template_that_does_not_answer_in_time_forks_nothing_more_and_its_host
         assert template_for(platform.env) is not stuck and stuck.alive()  # retired, not killed: its host serves on
         assert where(first)["pid"] == int(first.instance)
         time.sleep(1.5)  # the stuck template has read the request by now, past its deadline: it forked nothing
-        assert not [p for p in Path("/proc").glob("[0-9]*") if _log_of(p).endswith("/job-worker-1.log")]
+        assert not [p for p in Path("/proc").glob("[0-9]*") if stderr_of(p.name).endswith("/job-worker-1.log")]
     finally:
         platform.close()
-
-
-def _log_of(process: Path) -> str:
-    try:
-        return os.readlink(process / "fd" / "2")
-    except OSError:
-        return ""
