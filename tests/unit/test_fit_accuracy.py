@@ -39,8 +39,10 @@ def test_compare_refits_every_form_and_the_generating_form_is_exact(fit_accuracy
     assert fit_accuracy.main(["compare", str(path)]) == 0
 
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] != []
-            and line.split()[0] in FORMS and "synthetic" in line}
+    rows = {}  # the first table's row per form (the pooled table repeats them)
+    for line in out.splitlines():
+        if line.split()[:1] != [] and line.split()[0] in FORMS and "synthetic" in line:
+            rows.setdefault(line.split()[0], line.split())
     assert set(rows) == set(FORMS)
     assert rows["comm"][2:7] == ["0.0%", "0.0%", "0%", "0.0%", "0.0%"]  # the warm-up epoch (9.9 s) is dropped
     data = fit_accuracy.load_points(path)
@@ -87,6 +89,56 @@ def test_two_files_of_one_model_each_show_their_own_predictions(fit_accuracy, tm
     assert predicted == [pytest.approx(comm_time_s(3, 1), rel=1e-6), pytest.approx(2 * comm_time_s(3, 1), rel=1e-6)]
 
 
+def scaled_file(tmp_path: Path, name: str, factors: list[float]) -> Path:
+    """A measurement of the synthetic model with one calibration per factor, each calibration that much slow."""
+    data = json.loads(points_file(tmp_path).read_text())
+    exact = data.pop("calibration")
+    data["calibrations"] = [[{**line, "epoch_time_s": line["epoch_time_s"] * factor} for line in exact]
+                            for factor in factors]
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_files_of_one_model_are_pooled_with_an_interval_the_share_met_and_the_noise_floor(fit_accuracy, tmp_path,
+                                                                                           capsys, monkeypatch):
+    exact = scaled_file(tmp_path, "exact.json", [1.0, 1.0])
+    slow = scaled_file(tmp_path, "slow.json", [1.2])  # every prediction and every sampled point 20% slow
+    files = [fit_accuracy.load_points(exact), fit_accuracy.load_points(slow)]
+
+    pool = fit_accuracy.pooled(FORMS["comm"], files)["synthetic"]
+
+    assert pool["calibrations"] == 3
+    assert pool["median"] == pytest.approx(0.0, abs=1e-6)  # two exact calibrations of three
+    assert pool["met_share"] == pytest.approx(2 / 3)
+    assert pool["floor"] == pytest.approx(0.0, abs=1e-6)  # the slow one's 20% at its sampled points, 1 of 3
+    # calibrations resampled whole: 7 resamples in 27 draw the slow one at least twice, so the interval reaches 20%
+    assert (pool["low"], pool["high"]) == (pytest.approx(0.0, abs=1e-6), pytest.approx(0.2, rel=1e-6))
+    assert fit_accuracy.pooled(FORMS["comm"], files) == fit_accuracy.pooled(FORMS["comm"], files)  # seeded
+
+    monkeypatch.setattr(fit_accuracy, "CHOSEN_FORM", "comm")  # the verdict is the chosen form's: the exact one here
+    assert fit_accuracy.main(["compare", str(exact), str(slow)]) == 0
+    out = capsys.readouterr().out
+    pooled_table = out.split("\npooled by model")[1]
+    row = next(line.split() for line in pooled_table.splitlines() if line.split()[:2] == ["comm", "(chosen)"])[1:]
+    assert row[1:] == ["synthetic", "2", "3", "0.0%", "0.0%-20.0%", "67%", "0.0%"]
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.startswith("chosen form 'comm'")
+    assert verdict.endswith("(goal <= 10%: met; the interval reaches past the goal: not robustly)")
+
+
+def test_the_pooled_verdict_is_not_met_when_most_calibrations_miss(fit_accuracy, tmp_path, capsys, monkeypatch):
+    slow = scaled_file(tmp_path, "slow.json", [1.0, 1.2, 1.2])
+    monkeypatch.setattr(fit_accuracy, "CHOSEN_FORM", "comm")
+
+    assert fit_accuracy.main(["compare", str(slow)]) == 0
+
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "synthetic 20.0% [" in verdict and verdict.endswith("(goal <= 10%: NOT met)")
+    # the sampled points of the two slow calibrations are 20% off too: the noise floor says so
+    assert "noise floor 20.0%" in verdict
+
+
 @pytest.mark.parametrize(("points", "calibrations", "slots"), [
     (10, 3, [0, 3, 7]), (10, 1, [0]), (2, 3, [0, 1, 1]), (1, 2, [0, 0]), (5, 5, [0, 1, 2, 3, 4]),
 ])
@@ -113,3 +165,16 @@ def test_a_bad_points_file_is_one_line_naming_the_field_and_exit_2(fit_accuracy,
 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: {message}")
+
+
+def test_every_shipped_measurement_loads_and_a_folder_pools_one_calibration_fraction(fit_accuracy):
+    """`compare benchmarks/data/fit_runs/*.json` pools by model: a folder must not mix calibration settings."""
+    root = Path(fit_accuracy.__file__).parent / "data" / "fit_runs"
+    folders = {root: 0.25, root / "fraction-0.5": 0.5}
+    for folder, fraction in folders.items():
+        paths = sorted(folder.glob("*.json"))
+        assert paths, folder
+        for path in paths:
+            loaded = fit_accuracy.load_points(path)
+            assert len(loaded["calibrations"]) == 3 and len(loaded["measured"]) == 10, path
+            assert json.loads(path.read_text())["calibration_fraction"] == fraction, path
