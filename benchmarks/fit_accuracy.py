@@ -268,8 +268,12 @@ def pooled(form, files, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> 
                          "low": float(np.percentile(medians, 2.5)), "high": float(np.percentile(medians, 97.5)),
                          "calibrations": len(held),
                          "met_share": sum(statistics.median(errors) <= GOAL for errors in held) / len(held),
-                         "floor": statistics.median(e for _, floor in runs for e in floor)}
+                         "floor": summary(e for _, floor in runs for e in floor)[0]}  # nan: none sampled
     return result
+
+
+def floor_text(floor: float) -> str:
+    return f"{floor:.1%}" if math.isfinite(floor) else "none (no sampled count measured)"
 
 
 def summary(errors) -> tuple[float, float]:
@@ -339,7 +343,7 @@ def compare(args) -> int:
             chosen = " (chosen)" if name == CHOSEN_FORM else ""
             cells = [f"{name}{chosen}", model, str(sum(data["name"] == model for data in files)),
                      str(p["calibrations"]), f"{p['median']:.1%}", f"{p['low']:.1%}-{p['high']:.1%}",
-                     f"{p['met_share']:.0%}", f"{p['floor']:.1%}"]
+                     f"{p['met_share']:.0%}", floor_text(p["floor"])]
             print(f"{bar}{bar.join(f' {c} ' for c in cells)}{bar}")
 
     chosen = pools[CHOSEN_FORM]
@@ -347,7 +351,7 @@ def compare(args) -> int:
     print(f"\nchosen form {CHOSEN_FORM!r}: median error on points calibration did not sample, over every "
           f"calibration: " + ", ".join(
               f"{model} {p['median']:.1%} [{p['low']:.1%}-{p['high']:.1%}] ({p['calibrations']} calibrations, "
-              f"noise floor {p['floor']:.1%})" for model, p in chosen.items())
+              f"noise floor {floor_text(p['floor'])})" for model, p in chosen.items())
           + f" (goal <= {GOAL:.0%}: {'met' if met else 'NOT met'}"
           + ("" if not met or all(p["high"] <= GOAL for p in chosen.values())
              else "; the interval reaches past the goal: not robustly") + ")")

@@ -167,6 +167,17 @@ def test_a_bad_points_file_is_one_line_naming_the_field_and_exit_2(fit_accuracy,
     assert err.count("\n") == 1 and err.startswith(f"error: {path}: {message}")
 
 
+def test_a_file_that_measured_none_of_the_sampled_counts_has_no_noise_floor(fit_accuracy, tmp_path, capsys):
+    path = points_file(tmp_path)
+    data = json.loads(path.read_text())
+    data["points"] = [point for point in data["points"] if (point["workers"], point["servers"]) != (1, 1)]
+    path.write_text(json.dumps(data))
+
+    assert fit_accuracy.main(["compare", str(path)]) == 0
+
+    assert "noise floor none (no sampled count measured)" in capsys.readouterr().out.strip().splitlines()[-1]
+
+
 def test_every_shipped_measurement_loads_and_a_folder_pools_one_calibration_fraction(fit_accuracy):
     """`compare benchmarks/data/fit_runs/*.json` pools by model: a folder must not mix calibration settings."""
     root = Path(fit_accuracy.__file__).parent / "data" / "fit_runs"
