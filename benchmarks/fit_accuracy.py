@@ -245,21 +245,25 @@ def sampled_errors(calibration, measured) -> list[float]:
             for o in calibration if (o.workers, o.servers) in measured]
 
 
-def pooled(form, files, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict[str, dict]:
-    """Per model, every calibration of every file together: the median error on the points each calibration did
-    not sample, a 95% bootstrap interval for it (calibrations resampled whole, since one calibration's errors move
-    together), the share of calibrations whose own median met the goal, and the noise floor (sampled_errors)."""
+def held_out(run: dict, data) -> list[float]:
+    """One calibration's errors (`calibration_errors`) at the measured points no calibration of its file sampled."""
+    return [error for point, (_, error) in run.items() if point not in data["sampled"]]
+
+
+def pooled(files, runs_by_file, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict[str, dict]:
+    """Per model, every calibration of every file together (`runs_by_file`: one form's `calibration_errors` of each
+    file): the median error on the points each calibration did not sample, a 95% bootstrap interval for it
+    (calibrations resampled whole, since one calibration's errors move together), the share of calibrations whose
+    own median met the goal, and the noise floor (sampled_errors)."""
     by_model: dict[str, list] = {}
-    for data in files:
-        runs = calibration_errors(form, data)
+    for data, runs in zip(files, runs_by_file):
         by_model.setdefault(data["name"], []).extend(
-            ([e for p, (_, e) in run.items() if p not in data["sampled"]],
-             sampled_errors(calibration, data["measured"]))
+            (held_out(run, data), sampled_errors(calibration, data["measured"]))
             for run, calibration in zip(runs, data["calibrations"]))
     rng = np.random.default_rng(seed)
     result = {}
-    for model, runs in by_model.items():
-        held = [errors for errors, _ in runs]
+    for model, pairs in by_model.items():
+        held = [errors for errors, _ in pairs]
         medians = []
         for _ in range(resamples):
             picked = rng.integers(0, len(held), len(held))
@@ -268,7 +272,7 @@ def pooled(form, files, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> 
                          "low": float(np.percentile(medians, 2.5)), "high": float(np.percentile(medians, 97.5)),
                          "calibrations": len(held),
                          "met_share": sum(statistics.median(errors) <= GOAL for errors in held) / len(held),
-                         "floor": summary(e for _, floor in runs for e in floor)[0]}  # nan: none sampled
+                         "floor": summary(e for _, floor in pairs for e in floor)[0]}  # nan: none sampled
     return result
 
 
@@ -292,7 +296,7 @@ def compare(args) -> int:
     for name, form in FORMS.items():
         for index, data in enumerate(files):
             runs = calibration_errors(form, data)
-            per_run = [[e for p, (_, e) in run.items() if p not in data["sampled"]] for run in runs]
+            per_run = [held_out(run, data) for run in runs]
             loo = leave_one_out_errors(form, data)
             full = full_calibration_errors(form, data)
             table.append((name, data["name"], *summary(e for run in per_run for e in run),
@@ -330,7 +334,7 @@ def compare(args) -> int:
             print(f"{bar} {point[0]}{star} {bar} {point[1]} {bar} {measured_s:.3f} {bar}"
                   + bar.join(f" {c} " for c in cells) + bar)
 
-    pools = {name: pooled(form, files) for name, form in FORMS.items()}
+    pools = {name: pooled(files, [details[name, index][0] for index in range(len(files))]) for name in FORMS}
     print(f"\npooled by model, every calibration of every file: median error on the points calibration did not "
           f"sample [95% bootstrap interval over calibrations]; share of calibrations whose own median met "
           f"{GOAL:.0%}; noise floor = a calibration's own error at the points it sampled")

@@ -52,12 +52,7 @@ def test_compare_refits_every_form_and_the_generating_form_is_exact(fit_accuracy
 
 
 def test_every_calibration_is_fitted_alone_and_the_median_is_over_all_of_them(fit_accuracy, tmp_path, capsys):
-    path = points_file(tmp_path)
-    data = json.loads(path.read_text())
-    exact = data.pop("calibration")
-    slow = [{**line, "epoch_time_s": line["epoch_time_s"] * 1.5} for line in exact]  # a calibration 50% slow
-    data["calibrations"] = [exact, slow, exact]
-    path.write_text(json.dumps(data))
+    path = scaled_file(tmp_path, "three.json", [1.0, 1.5, 1.0])  # the second calibration 50% slow
 
     loaded = fit_accuracy.load_points(path)
     runs = fit_accuracy.calibration_errors(FORMS["comm"], loaded)
@@ -106,7 +101,8 @@ def test_files_of_one_model_are_pooled_with_an_interval_the_share_met_and_the_no
     slow = scaled_file(tmp_path, "slow.json", [1.2])  # every prediction and every sampled point 20% slow
     files = [fit_accuracy.load_points(exact), fit_accuracy.load_points(slow)]
 
-    pool = fit_accuracy.pooled(FORMS["comm"], files)["synthetic"]
+    runs = [fit_accuracy.calibration_errors(FORMS["comm"], data) for data in files]
+    pool = fit_accuracy.pooled(files, runs)["synthetic"]
 
     assert pool["calibrations"] == 3
     assert pool["median"] == pytest.approx(0.0, abs=1e-6)  # two exact calibrations of three
@@ -114,7 +110,7 @@ def test_files_of_one_model_are_pooled_with_an_interval_the_share_met_and_the_no
     assert pool["floor"] == pytest.approx(0.0, abs=1e-6)  # the slow one's 20% at its sampled points, 1 of 3
     # calibrations resampled whole: 7 resamples in 27 draw the slow one at least twice, so the interval reaches 20%
     assert (pool["low"], pool["high"]) == (pytest.approx(0.0, abs=1e-6), pytest.approx(0.2, rel=1e-6))
-    assert fit_accuracy.pooled(FORMS["comm"], files) == fit_accuracy.pooled(FORMS["comm"], files)  # seeded
+    assert fit_accuracy.pooled(files, runs) == fit_accuracy.pooled(files, runs)  # seeded
 
     monkeypatch.setattr(fit_accuracy, "CHOSEN_FORM", "comm")  # the verdict is the chosen form's: the exact one here
     assert fit_accuracy.main(["compare", str(exact), str(slow)]) == 0
