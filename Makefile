@@ -20,7 +20,7 @@ demo: venv
 	$(BIN)/coach run jobs/*.yaml
 
 demo-k8s: venv
-	$(BIN)/python -m coach.fakes.stack jobs/lenet-mnist.yaml
+	$(BIN)/python -m tests.fakes.stack jobs/lenet-mnist.yaml
 
 test: venv kubectl chromium
 	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores

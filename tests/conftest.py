@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from coach.fakes.s3 import LoopbackS3
+from tests.fakes.s3 import LoopbackS3
 
 _buckets = itertools.count(1)
 

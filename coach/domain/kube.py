@@ -1,7 +1,7 @@
 """Names Coach's parts agree on when they meet on Kubernetes. Pure constants, no I/O.
 
 The controller (coach.placement.kube), the scheduler (coach.kube_scheduler), the Nuclio platform
-(coach.platforms.nuclio), the fakes (coach.fakes) and the manifests under deploy/ all use these; deploy/
+(coach.platforms.nuclio), the test fakes (tests/fakes) and the manifests under deploy/ all use these; deploy/
 spells them out as YAML, and a test checks that the two agree.
 """
 

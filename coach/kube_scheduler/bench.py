@@ -1,7 +1,7 @@
 """`coach bench kube-scheduler`: pods bound per second end to end, watch -> decide -> bind over HTTP.
 
 Three processes, as on a real cluster where the apiserver, the scheduler and the clients creating pods do not
-share a CPU: the fake kube-apiserver (coach.fakes.kube_apiserver) in a child process (or in this one, with
+share a CPU: the fake kube-apiserver (tests.fakes.kube_apiserver) in a child process (or in this one, with
 `apiserver="thread"`), Coach's KubeScheduler in this process, and the load (the pods' POSTs) from another child
 process over plain keep-alive HTTP connections. The steps:
 1. create `nodes` nodes of `slots_per_node` slots (the coach.io/slots label) and one PodGroup per job (jobs of
@@ -44,7 +44,7 @@ STALL_S = 30.0
 _SERVE = """
 import sys
 sys.setswitchinterval(float(sys.argv[2]))
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 with FakeApiServer(watch_history=int(sys.argv[1])) as api:
     print(api.url, flush=True)
     sys.stdin.read()
@@ -112,7 +112,7 @@ class _Apiserver:
     def __init__(self, where: str, watch_history: int, switch_interval_s: float):
         self.where = where
         if where == "thread":
-            from coach.fakes.kube_apiserver import FakeApiServer
+            from tests.fakes.kube_apiserver import FakeApiServer
 
             self._fake = FakeApiServer(watch_history=watch_history).start()
             self.url = self._fake.url

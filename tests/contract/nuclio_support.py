@@ -14,8 +14,8 @@ from kubernetes import client, config
 
 from coach.domain.identity import ROLES
 from coach.domain.kube import NUCLIO_FUNCTION_LABEL
-from coach.fakes.kube_apiserver import FakeApiServer
-from coach.fakes.nuclio_dashboard import FakeDashboard
+from tests.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.nuclio_dashboard import FakeDashboard
 from tests.support import wait_for  # noqa: F401 - the nuclio tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]

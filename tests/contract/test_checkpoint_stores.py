@@ -1,5 +1,5 @@
 """One contract for every CheckpointStore: the file store, the memory store where it applies, and the s3 store
-against a real S3-protocol server on loopback (moto's server mode, coach.fakes.s3).
+against a real S3-protocol server on loopback (moto's server mode, tests.fakes.s3).
 
 A backend writes a checkpoint's parts as a worker would (`write(prefix, parts)`), so the suite can leave
 checkpoints half-written: for the file store one file without the other, for the s3 store objects without their

@@ -1,4 +1,4 @@
-"""coach.fakes.kube_apiserver: the fake kube-apiserver, driven by the official `kubernetes` client (and by
+"""tests.fakes.kube_apiserver: the fake kube-apiserver, driven by the official `kubernetes` client (and by
 `requests` where the client hides the raw protocol) over loopback HTTP.
 
 Each test pins one fact of the real apiserver's protocol that Coach's scheduler, its Nuclio platform and its
@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from coach.domain.identity import JOB_LABEL, ROLE_LABEL
 from coach.domain.kube import (LEASE_NAME, PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION,
                                POD_GROUP_LABEL, SCHEDULER_NAME)
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from tests.support import stop_process
 
 NS = "default"
@@ -717,7 +717,7 @@ def test_stop_ends_watches_and_leaves_no_thread(tmp_path):
 
 def test_the_standalone_server_prints_ready_serves_and_stops_on_sigterm(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    process = subprocess.Popen([sys.executable, "-m", "coach.fakes.kube_apiserver", "--kubeconfig", str(kubeconfig)],
+    process = subprocess.Popen([sys.executable, "-m", "tests.fakes.kube_apiserver", "--kubeconfig", str(kubeconfig)],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
@@ -735,7 +735,7 @@ def test_the_standalone_server_prints_ready_serves_and_stops_on_sigterm(tmp_path
 
 
 def test_the_standalone_server_reports_a_taken_port_in_one_line(api):
-    result = subprocess.run([sys.executable, "-m", "coach.fakes.kube_apiserver", "--port", str(api.port)], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "tests.fakes.kube_apiserver", "--port", str(api.port)], cwd=ROOT,
                             capture_output=True, text=True, timeout=HTTP_TIMEOUT_S)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: cannot start the fake apiserver")

@@ -17,7 +17,7 @@ import requests
 import yaml
 
 from coach.domain.kube import NUCLIO_FUNCTION_LABEL, POD_GROUP_LABEL, SCHEDULER_NAME
-from coach.fakes.nuclio_dashboard import (
+from tests.fakes.nuclio_dashboard import (
     FakeDashboard, fill_empty, go_duration_s, load_platform_config, selector_matches,
 )
 from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
@@ -295,7 +295,7 @@ def test_fault_hooks(dashboard):
 @pytest.mark.integration  # a second Python that imports the kubernetes client: a few seconds
 def test_runs_alone_and_stops_on_sigterm(kubeconfig, tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "coach.fakes.nuclio_dashboard", "--kubeconfig", str(kubeconfig), "--port", "0",
+        [sys.executable, "-m", "tests.fakes.nuclio_dashboard", "--kubeconfig", str(kubeconfig), "--port", "0",
          "--logs", str(tmp_path / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -312,7 +312,7 @@ def test_runs_alone_and_stops_on_sigterm(kubeconfig, tmp_path):
 
 
 def test_bad_command_line_is_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "coach.fakes.nuclio_dashboard", "--kubeconfig",
+    result = subprocess.run([sys.executable, "-m", "tests.fakes.nuclio_dashboard", "--kubeconfig",
                              str(tmp_path / "missing"), "--logs", str(tmp_path)],
                             capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr

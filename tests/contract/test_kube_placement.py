@@ -14,7 +14,7 @@ from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import DEPLOY, Failure
 from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
                                SCHEDULER_NAME)
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.placement import kube
 from coach.placement.kube import KubePlacement
 from tests.support import kube_client, wait_for

@@ -14,7 +14,7 @@ import requests
 
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.kube import FAILED_SCHEDULING, LEASE_NAME, SCHEDULER_NAME
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.kube_scheduler import watch
 from coach.placement.kube_connect import connect
 from coach.kube_scheduler.loop import Config, KubeScheduler

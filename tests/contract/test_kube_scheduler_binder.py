@@ -19,7 +19,7 @@ import time
 import pytest
 
 from coach.domain.identity import FunctionId, Role
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.kube_scheduler.binder import BOUND, CONFLICT, FAILED, GONE, NOT_LEADER
 from coach.kube_scheduler.loop import BINDERS
 from coach.kube_scheduler.objects import pod_info

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.ui.cli import main
 
 

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from coach.domain.kube import LEASE_NAME
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.placement.kube_connect import connect
 from coach.kube_scheduler.leader import LeaseElector
 from tests.contract.kube_scheduler_support import NS, wait_for

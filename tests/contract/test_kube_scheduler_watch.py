@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from coach.domain.kube import SCHEDULER_NAME
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.placement.kube_connect import connect
 from coach.kube_scheduler.watch import Change, Informer, Replace
 from tests.contract.kube_scheduler_support import NS, Kube, wait_for

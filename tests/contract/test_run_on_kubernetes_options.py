@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coach.fakes.kube_apiserver import FakeApiServer
-from coach.fakes.nuclio_dashboard import FakeDashboard
+from tests.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.nuclio_dashboard import FakeDashboard
 from coach.platforms.local import free_port
 from coach.ui.cli import main
 

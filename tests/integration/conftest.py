@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from coach.domain.cluster import ClusterSpec, NodeSpec
-from coach.fakes.stack import LoopbackStack
+from tests.fakes.stack import LoopbackStack
 from coach.files.jobs import load_job
 from tests.support import stderr_of
 

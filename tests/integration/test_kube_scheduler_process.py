@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from coach.domain.kube import LEASE_NAME
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 from coach.placement.kube_connect import connect
 from tests.contract.kube_scheduler_support import NS, Kube, wait_for
 

@@ -20,7 +20,7 @@ from kubernetes import client, config
 
 from coach.domain.identity import JOB_LABEL
 from coach.domain.kube import FAILED_SCHEDULING, SCHEDULER_NAME, SLOTS_LABEL
-from coach.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.kube_apiserver import FakeApiServer
 
 pytestmark = pytest.mark.integration
 

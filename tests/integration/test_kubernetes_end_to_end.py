@@ -27,7 +27,7 @@ from coach.app.compose import Site
 from coach.app.run import run_jobs
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.identity import JOB_LABEL
-from coach.fakes.stack import BUCKET, LoopbackStack
+from tests.fakes.stack import BUCKET, LoopbackStack
 from coach.files.jobs import load_job
 
 from tests.integration.conftest import MODELS, wait_until

@@ -17,7 +17,7 @@ import yaml
 
 from coach.app.compose import Site
 from coach.app.run import run_jobs
-from coach.fakes.stack import LoopbackStack
+from tests.fakes.stack import LoopbackStack
 from coach.files.jobs import load_job
 from coach.platforms.nuclio import NuclioPlatform
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonpatch
 
-from coach.fakes.kube_apiserver.errors import ApiError, bad_request
+from tests.fakes.kube_apiserver.errors import ApiError, bad_request
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

@@ -2,7 +2,7 @@
 
 `with LoopbackS3() as s3:` serves on a free port of 127.0.0.1 in a thread of this process; `s3.environment()` is
 the AWS_* variables that point boto3 (in this process and in the function hosts it starts) at it, with fake
-credentials; `s3.make_bucket(name)` creates a bucket. `python -m coach.fakes.s3 --port N` serves until Ctrl-C or SIGTERM.
+credentials; `s3.make_bucket(name)` creates a bucket. `python -m tests.fakes.s3 --port N` serves until Ctrl-C or SIGTERM.
 
 Moto keeps one in-memory state per process: two servers in one process share their buckets, so tests use
 bucket names of their own. Side effects: a listening socket and a server thread, both gone after `stop()`.
@@ -101,7 +101,7 @@ def _interrupt(signum, frame) -> None:
 
 def main(argv=None) -> int:
     """Serve until interrupted, printing the environment that points boto3 here."""
-    parser = argparse.ArgumentParser(prog="python -m coach.fakes.s3", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.s3", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9000, help="port on 127.0.0.1 (default: %(default)s)")
     parser.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Run the fake kube-apiserver until SIGTERM or Ctrl-C:
 
-    python -m coach.fakes.kube_apiserver --port 8001 --kubeconfig /tmp/fake.kubeconfig
+    python -m tests.fakes.kube_apiserver --port 8001 --kubeconfig /tmp/fake.kubeconfig
 
 It prints one line, `READY <url>`, once it serves; errors are one line on stderr and exit status 1.
 """
@@ -12,11 +12,11 @@ import signal
 import sys
 import threading
 
-from coach.fakes.kube_apiserver.server import FakeApiServer
+from tests.fakes.kube_apiserver.server import FakeApiServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coach.fakes.kube_apiserver",
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.kube_apiserver",
                                      description="A fake kube-apiserver on loopback HTTP, for tests and demos.")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (default: any free port)")

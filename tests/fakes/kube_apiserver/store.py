@@ -21,9 +21,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from coach.fakes.kube_apiserver import kinds
-from coach.fakes.kube_apiserver.errors import ApiError, already_exists, bad_request, conflict, expired, not_found
-from coach.fakes.kube_apiserver.resources import NAMESPACES, TYPES, ResourceType
+from tests.fakes.kube_apiserver import kinds
+from tests.fakes.kube_apiserver.errors import ApiError, already_exists, bad_request, conflict, expired, not_found
+from tests.fakes.kube_apiserver.resources import NAMESPACES, TYPES, ResourceType
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects

@@ -12,10 +12,10 @@ import json
 import time
 from typing import Callable, Iterator
 
-from coach.fakes.kube_apiserver import tables
-from coach.fakes.kube_apiserver.api import WatchRequest
-from coach.fakes.kube_apiserver.errors import ApiError
-from coach.fakes.kube_apiserver.store import Change, Closed, Obj, Store
+from tests.fakes.kube_apiserver import tables
+from tests.fakes.kube_apiserver.api import WatchRequest
+from tests.fakes.kube_apiserver.errors import ApiError
+from tests.fakes.kube_apiserver.store import Change, Closed, Obj, Store
 
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder for every line
 IDLE_CHECK_S = 1.0  # how often an idle stream wakes to see whether its client left

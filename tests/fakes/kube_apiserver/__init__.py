@@ -10,6 +10,6 @@ Tables and the discovery documents kubectl reads. Nothing is persisted; there is
         api.write_kubeconfig(tmp / "kubeconfig")
 """
 
-from coach.fakes.kube_apiserver.server import FakeApiServer
+from tests.fakes.kube_apiserver.server import FakeApiServer
 
 __all__ = ["FakeApiServer"]

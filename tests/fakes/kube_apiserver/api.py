@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
-from coach.fakes.kube_apiserver import discovery, kinds, tables
-from coach.fakes.kube_apiserver.errors import (ApiError, STALE, bad_request, conflict, invalid, method_not_allowed,
+from tests.fakes.kube_apiserver import discovery, kinds, tables
+from tests.fakes.kube_apiserver.errors import (ApiError, STALE, bad_request, conflict, invalid, method_not_allowed,
                                                success, unknown_path, unsupported_media)
-from coach.fakes.kube_apiserver.patches import JSON_PATCH, MERGE, STRATEGIC, apply_patch
-from coach.fakes.kube_apiserver.resources import BINDINGS, BY_GROUP_VERSION, PODS, ResourceType
-from coach.fakes.kube_apiserver.selectors import FieldSelector, LabelSelector
-from coach.fakes.kube_apiserver.store import Obj, Store
+from tests.fakes.kube_apiserver.patches import JSON_PATCH, MERGE, STRATEGIC, apply_patch
+from tests.fakes.kube_apiserver.resources import BINDINGS, BY_GROUP_VERSION, PODS, ResourceType
+from tests.fakes.kube_apiserver.selectors import FieldSelector, LabelSelector
+from tests.fakes.kube_apiserver.store import Obj, Store
 
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}  # Go's strconv.ParseBool
 _JSON_TYPES = ("application/json", "")  # bodies of POST and PUT; a missing Content-Type is taken as JSON

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coach.fakes.kube_apiserver.resources import BY_GROUP_VERSION, GROUPS, ResourceType
+from tests.fakes.kube_apiserver.resources import BY_GROUP_VERSION, GROUPS, ResourceType
 
 Obj = dict[str, Any]
 

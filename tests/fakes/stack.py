@@ -6,7 +6,7 @@ label), moto's S3 server with a bucket for checkpoints, the fake Nuclio dashboar
 in the apiserver, waits for Coach's scheduler to bind it, then starts the function's real warm host), and `coach
 scheduler` in its own process. The controller, `coach run`, is another process, as on a real cluster.
 
-`python -m coach.fakes.stack [--cluster FILE] [--results DIR] [--profile gang] JOB.yaml...` starts the stack,
+`python -m tests.fakes.stack [--cluster FILE] [--results DIR] [--profile gang] JOB.yaml...` starts the stack,
 runs the jobs, prints where everything was, and stops it all. Side effects: servers on 127.0.0.1, processes
 (the scheduler, `coach run`, function hosts), files under the work folder.
 """
@@ -28,9 +28,9 @@ from kubernetes import client
 
 from coach.domain.cluster import ClusterSpec
 from coach.domain.kube import SLOTS_LABEL
-from coach.fakes.kube_apiserver import FakeApiServer
-from coach.fakes.nuclio_dashboard import FakeDashboard
-from coach.fakes.s3 import LoopbackS3
+from tests.fakes.kube_apiserver import FakeApiServer
+from tests.fakes.nuclio_dashboard import FakeDashboard
+from tests.fakes.s3 import LoopbackS3
 from coach.placement.kube_connect import connect
 
 BUCKET = "coach-checkpoints"
@@ -132,7 +132,7 @@ class LoopbackStack:
 def main(argv=None) -> int:
     from coach.files.cluster import load_cluster
 
-    parser = argparse.ArgumentParser(prog="python -m coach.fakes.stack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.stack", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", metavar="JOB", help="job files (YAML)")
     parser.add_argument("--cluster", metavar="FILE", help="cluster file (default: the thesis cluster)")
     parser.add_argument("--results", default="results", metavar="DIR")

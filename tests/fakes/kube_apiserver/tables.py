@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, Callable
 
-from coach.fakes.kube_apiserver.resources import (CORE_EVENTS, EVENTS, LEASES, NAMESPACES, NODES, PODS,
+from tests.fakes.kube_apiserver.resources import (CORE_EVENTS, EVENTS, LEASES, NAMESPACES, NODES, PODS,
                                                   ResourceType)
 
 Obj = dict[str, Any]

@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 
-from coach.fakes.kube_apiserver import watch
-from coach.fakes.kube_apiserver.api import Api, Reply, WatchRequest
-from coach.fakes.kube_apiserver.errors import ApiError, bad_request, too_large
-from coach.fakes.kube_apiserver.store import Store, utc_now
+from tests.fakes.kube_apiserver import watch
+from tests.fakes.kube_apiserver.api import Api, Reply, WatchRequest
+from tests.fakes.kube_apiserver.errors import ApiError, bad_request, too_large
+from tests.fakes.kube_apiserver.store import Store, utc_now
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the apiserver's own request size limit
 MAX_HEADER_LINE_BYTES = 64 * 1024

@@ -26,7 +26,7 @@ status; `hang(path_prefix, seconds, times=1)` holds them that long, then drops t
 
 Side effects: an HTTP server thread, one deploy thread per function, one health-check thread, warm host processes,
 pods in the kube-apiserver, one log file per function under `log_dir`.
-Run alone: `python -m coach.fakes.nuclio_dashboard --kubeconfig PATH --port P --logs DIR` (prints `READY <url>`).
+Run alone: `python -m tests.fakes.nuclio_dashboard --kubeconfig PATH --port P --logs DIR` (prints `READY <url>`).
 """
 
 from __future__ import annotations
@@ -827,7 +827,7 @@ def _unschedulable(pod: Mapping) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coach.fakes.nuclio_dashboard",
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.nuclio_dashboard",
                                      description="A fake Nuclio dashboard on loopback, backed by a kube-apiserver.")
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--logs", type=Path, required=True, help="folder for the functions' host logs")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from coach.fakes.kube_apiserver.errors import bad_request, conflict, invalid
-from coach.fakes.kube_apiserver.resources import EVENTS, NAMESPACES, NODES, PODS, ResourceType
+from tests.fakes.kube_apiserver.errors import bad_request, conflict, invalid
+from tests.fakes.kube_apiserver.resources import EVENTS, NAMESPACES, NODES, PODS, ResourceType
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # namespaces are DNS labels, not subdomains
