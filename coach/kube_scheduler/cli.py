@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -73,19 +74,38 @@ def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_name
         api.close()
 
 
-def run_bench_command(nodes: int, pods: int, profile: str, slots_per_node: int, seed: int, apiserver: str,
-                      binder: str = "process") -> int:
-    """`coach bench kube-scheduler`: print the result as one JSON line."""
-    from coach.kube_scheduler.bench import run_bench
+def run_bench_command(kubeconfig: str, nodes: int, pods: int, profile: str, slots_per_node: int,
+                      schedulers: tuple[str, ...], binder: str = "process") -> int:
+    """`coach bench kube-scheduler`: progress on stderr, the result as one JSON line on stdout."""
+    import tempfile
 
+    from coach.kube_scheduler.bench import Bench
+    from coach.placement.kube_connect import connect, reachable
+
+    def say(line: str) -> None:
+        print(f"coach bench kube-scheduler: {line}", file=sys.stderr, flush=True)
+
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    api, problem = connect(kubeconfig)
+    if api is None:
+        print(f"coach bench kube-scheduler: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        result = run_bench(nodes, pods, profile, slots_per_node=slots_per_node, seed=seed, apiserver=apiserver,
-                           binder=binder)
+        problem = reachable(api)
+        if problem is not None:
+            print(f"coach bench kube-scheduler: {problem}", file=sys.stderr)
+            return EXIT_FAILED
+        bench = Bench(api, kubeconfig, nodes, pods, profile, slots_per_node, binder, schedulers, say)
+        with tempfile.TemporaryDirectory(prefix="coach-bench-") as folder:
+            result = bench.run(Path(folder) / "coach-scheduler.log")
     except ValueError as error:
         print(f"coach bench kube-scheduler: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (RuntimeError, OSError) as error:  # the fake apiserver or the load generator did not come up
-        print(f"coach bench kube-scheduler: {error}".replace("\n", " ")[:1000], file=sys.stderr)
+    except Exception as error:  # the apiserver refused or broke off: one line, the clean-up has run
+        print(f"coach bench kube-scheduler: {str(error).splitlines()[0][:500] if str(error) else type(error).__name__}",
+              file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        api.close()
     print(json.dumps(result.as_json(), allow_nan=False), flush=True)
-    return EXIT_OK if result.pods_bound == pods else EXIT_FAILED
+    return EXIT_OK if result.complete else EXIT_FAILED

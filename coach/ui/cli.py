@@ -321,12 +321,13 @@ def _binder_option(parser) -> None:
 
 
 def cmd_bench_kube_scheduler(args) -> int:
-    """Pods bound per second by `coach scheduler` through the fake kube-apiserver, end to end."""
+    """Pods bound per second by `coach scheduler` and by kube-scheduler on one apiserver, end to end."""
     from coach.kube_scheduler.cli import run_bench_command
 
     if args.pods > args.nodes * args.slots_per_node:
         return _fail([f"--pods: {args.pods} pods do not fit {args.nodes} nodes x {args.slots_per_node} slots"])
-    return run_bench_command(args.nodes, args.pods, args.profile, args.slots_per_node, args.seed, args.apiserver,
+    schedulers = ("coach", "default") if args.schedulers == "both" else (args.schedulers,)
+    return run_bench_command(args.kubeconfig, args.nodes, args.pods, args.profile, args.slots_per_node, schedulers,
                              args.binder)
 
 
@@ -445,14 +446,14 @@ def build_parser() -> argparse.ArgumentParser:
                                  help=f"seed of the synthetic cluster, 0 <= N <= {MAX_SEED} (default: %(default)s)")
     bench_scheduler.set_defaults(func=cmd_bench_scheduler)
     bench_kube = subparser(bench, "kube-scheduler", epilog=EXIT_CODES,
-                           help="pods bound per second by `coach scheduler` through the fake kube-apiserver")
+                           help="pods bound per second by `coach scheduler` and by kube-scheduler, on one apiserver")
+    bench_kube.add_argument("--kubeconfig", required=True, metavar="FILE",
+                            help="kubeconfig of a test cluster whose kube-scheduler runs (required, no default)")
     _cluster_size_options(bench_kube, nodes=5000, pods=10000, verb="bind")
     bench_kube.add_argument("--profile", choices=sorted(PROFILES), default="gang",
-                            help="scheduler_fork profile (default: %(default)s)")
-    bench_kube.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
-                            help=f"tie-break seed, 0 <= N <= {MAX_SEED} (default: %(default)s)")
-    bench_kube.add_argument("--apiserver", choices=("process", "thread"), default="process",
-                            help="run the fake apiserver in a child process or in this one (default: %(default)s)")
+                            help="Coach's scheduler_fork profile (default: %(default)s)")
+    bench_kube.add_argument("--schedulers", choices=("both", "coach", "default"), default="both",
+                            help="measure Coach's scheduler, kube-scheduler, or both in one run (default: %(default)s)")
     _binder_option(bench_kube)
     bench_kube.set_defaults(func=cmd_bench_kube_scheduler)
 

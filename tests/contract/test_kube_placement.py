@@ -1,4 +1,4 @@
-"""The controller's Placement on Kubernetes, against the fake kube-apiserver over loopback HTTP.
+"""The controller's Placement on Kubernetes, against the suite's real kube-apiserver.
 
 A tiny Workloads stands in for the Nuclio dashboard (it creates each function's pod with Coach's labels and
 schedulerName), and the tests bind pods through the binding subresource as `coach scheduler` would.
@@ -14,12 +14,9 @@ from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import DEPLOY, Failure
 from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
                                SCHEDULER_NAME)
-from tests.fakes.kube_apiserver import FakeApiServer
 from coach.placement import kube
 from coach.placement.kube import KubePlacement
-from tests.support import kube_client, wait_for
-
-NS = "default"
+from tests.support import wait_for
 
 
 def pod_name(fid: FunctionId) -> str:
@@ -29,8 +26,8 @@ def pod_name(fid: FunctionId) -> str:
 class PodWorkloads:
     """Creates and deletes one pod per function, as the dashboard's Deployments would."""
 
-    def __init__(self, core: client.CoreV1Api, refuse: bool = False):
-        self.core, self.refuse = core, refuse
+    def __init__(self, core: client.CoreV1Api, namespace: str, refuse: bool = False):
+        self.core, self.ns, self.refuse = core, namespace, refuse
         self.created: list[FunctionId] = []
 
     def create(self, fid: FunctionId) -> Failure | None:
@@ -38,7 +35,7 @@ class PodWorkloads:
             return Failure(fid.name, DEPLOY, "nuclio dashboard answered HTTP 500")
         self.created.append(fid)
         labels = {**fid.labels, POD_GROUP_LABEL: fid.job}
-        self.core.create_namespaced_pod(NS, client.V1Pod(
+        self.core.create_namespaced_pod(self.ns, client.V1Pod(
             metadata=client.V1ObjectMeta(name=pod_name(fid), labels=labels),
             spec=client.V1PodSpec(scheduler_name=SCHEDULER_NAME,
                                   containers=[client.V1Container(name="f", image="coach-functions:test")])))
@@ -46,7 +43,7 @@ class PodWorkloads:
 
     def delete(self, fid: FunctionId) -> Failure | None:
         try:
-            self.core.delete_namespaced_pod(pod_name(fid), NS)
+            self.core.delete_namespaced_pod(pod_name(fid), self.ns, grace_period_seconds=0)
         except client.ApiException as error:
             if error.status != 404:
                 raise
@@ -54,21 +51,20 @@ class PodWorkloads:
 
 
 @pytest.fixture
-def server():
-    with FakeApiServer() as running:
-        yield running
-
-
-@pytest.fixture
-def api(server, tmp_path):
-    with kube_client(server.write_kubeconfig(tmp_path / "kubeconfig")) as api_client:
+def api(control_plane, podgroup_crd):
+    with control_plane.client() as api_client:
         yield api_client
 
 
-def bind(core: client.CoreV1Api, fid: FunctionId, node: str) -> None:
+@pytest.fixture
+def ns(kube_namespace):
+    return kube_namespace
+
+
+def bind(core: client.CoreV1Api, fid: FunctionId, node: str, ns: str) -> None:
     body = client.V1Binding(metadata=client.V1ObjectMeta(name=pod_name(fid)),
                             target=client.V1ObjectReference(kind="Node", name=node))
-    response = core.create_namespaced_pod_binding(pod_name(fid), NS, body, _preload_content=False)
+    response = core.create_namespaced_pod_binding(pod_name(fid), ns, body, _preload_content=False)
     response.read()  # a pooled connection is reusable only once its response is read
     response.release_conn()
 
@@ -77,22 +73,22 @@ def eventually(predicate, timeout_s: float = 10.0):
     return wait_for(predicate, timeout_s, "placement")
 
 
-def test_submit_creates_the_podgroup_then_the_pods_and_poll_sees_the_scheduler_bindings(api):
+def test_submit_creates_the_podgroup_then_the_pods_and_poll_sees_the_scheduler_bindings(api, ns):
     core = client.CoreV1Api(api)
-    placement = KubePlacement(api, NS, PodWorkloads(core))
+    placement = KubePlacement(api, ns, PodWorkloads(core, ns))
     try:
         assert placement.wait_synced(10)
         ids = functions_for("lenet", workers=1, servers=1)
         placement.register(["lenet"])
         placement.submit("lenet", ids)
         group = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            PODGROUP_GROUP, PODGROUP_VERSION, NS, PODGROUP_PLURAL, "lenet")
+            PODGROUP_GROUP, PODGROUP_VERSION, ns, PODGROUP_PLURAL, "lenet")
         assert group["spec"]["minMember"] == 3
         assert eventually(lambda: placement.explain("lenet", 0.0) == "waiting for coach scheduler")
         assert placement.poll("lenet", 0.0) == {}
         before = placement.version
-        bind(core, ids[0], "node-1")
-        bind(core, ids[1], "node-2")
+        bind(core, ids[0], "node-1", ns)
+        bind(core, ids[1], "node-2", ns)
         assert eventually(lambda: len(placement.poll("lenet", 0.0)) == 2)
         assert placement.poll("lenet", 0.0) == {ids[0]: "node-1", ids[1]: "node-2"}
         assert placement.version > before
@@ -100,14 +96,14 @@ def test_submit_creates_the_podgroup_then_the_pods_and_poll_sees_the_scheduler_b
         placement.close()
 
 
-def test_explain_repeats_the_reason_the_scheduler_wrote_on_the_pending_pods(api):
+def test_explain_repeats_the_reason_the_scheduler_wrote_on_the_pending_pods(api, ns):
     core = client.CoreV1Api(api)
-    placement = KubePlacement(api, NS, PodWorkloads(core))
+    placement = KubePlacement(api, ns, PodWorkloads(core, ns))
     try:
         worker = FunctionId("big", Role.WORKER, 0)
         placement.submit("big", [worker])
         assert eventually(lambda: placement.explain("big", 0.0) == "waiting for coach scheduler")
-        core.patch_namespaced_pod_status(pod_name(worker), NS, {"status": {"conditions": [
+        core.patch_namespaced_pod_status(pod_name(worker), ns, {"status": {"conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "gang: 1/3 members of PodGroup big"}]}})
         assert eventually(lambda: placement.explain("big", 0.0) == "gang: 1/3 members of PodGroup big")
@@ -115,24 +111,24 @@ def test_explain_repeats_the_reason_the_scheduler_wrote_on_the_pending_pods(api)
         placement.close()
 
 
-def test_release_deletes_the_pods_and_the_job_no_longer_sees_them(api):
+def test_release_deletes_the_pods_and_the_job_no_longer_sees_them(api, ns):
     core = client.CoreV1Api(api)
-    placement = KubePlacement(api, NS, PodWorkloads(core))
+    placement = KubePlacement(api, ns, PodWorkloads(core, ns))
     try:
         ids = functions_for("short", workers=1, servers=1)
         placement.submit("short", ids)
         for fid in ids:
-            bind(core, fid, "node-1")
+            bind(core, fid, "node-1", ns)
         assert eventually(lambda: len(placement.poll("short", 0.0)) == 3)
         placement.release(ids)
         assert placement.poll("short", 0.0) == {}
-        assert eventually(lambda: core.list_namespaced_pod(NS, label_selector="coach.io/job=short").items == [])
+        assert eventually(lambda: core.list_namespaced_pod(ns, label_selector="coach.io/job=short").items == [])
     finally:
         placement.close()
 
 
-def test_a_refused_workload_is_the_reason_the_job_waits(api):
-    placement = KubePlacement(api, NS, PodWorkloads(client.CoreV1Api(api), refuse=True))
+def test_a_refused_workload_is_the_reason_the_job_waits(api, ns):
+    placement = KubePlacement(api, ns, PodWorkloads(client.CoreV1Api(api), ns, refuse=True))
     try:
         placement.submit("refused", functions_for("refused", workers=1, servers=1))
         assert placement.explain("refused", 0.0) == (
@@ -143,28 +139,31 @@ def test_a_refused_workload_is_the_reason_the_job_waits(api):
         placement.close()
 
 
-def test_the_watch_relists_after_410_gone_and_still_sees_new_bindings(api, server, monkeypatch):
+def test_the_watch_relists_after_410_gone_and_still_sees_new_bindings(api, ns, control_plane, monkeypatch):
     monkeypatch.setattr(kube, "WATCH_TIMEOUT_S", 1)  # watch requests end every second and resume at their version
     follow, fell_behind = KubePlacement._follow, []
 
     def follow_then_fall_behind(self, version):
-        """The first watch request ends as if the controller had been away: it resumes from revision 1."""
+        """The first watch request ends while the apiserver restarts: its new watch cache starts after the version
+        the watch resumes from."""
         newest = follow(self, version)
         if fell_behind:
             return newest
         fell_behind.append(newest)
-        server.compact()
-        return "1"
+        client.CoreV1Api(self._core.api_client).create_namespaced_pod(ns, {  # history the old version lacks
+            "metadata": {"name": "unrelated"}, "spec": {"containers": [{"name": "f", "image": "x:1"}]}})
+        control_plane.restart_apiserver()
+        return newest
 
     monkeypatch.setattr(KubePlacement, "_follow", follow_then_fall_behind)
     core = client.CoreV1Api(api)
-    placement = KubePlacement(api, NS, PodWorkloads(core))
+    placement = KubePlacement(api, ns, PodWorkloads(core, ns))
     try:
         ids = functions_for("gone", workers=1, servers=1)
         placement.submit("gone", ids)
-        bind(core, ids[0], "node-3")
+        bind(core, ids[0], "node-3", ns)
         assert eventually(lambda: placement.relists == 2)  # the first list, and one after the 410
-        bind(core, ids[1], "node-2")
+        bind(core, ids[1], "node-2", ns)
         assert eventually(lambda: placement.poll("gone", 0.0) == {ids[0]: "node-3", ids[1]: "node-2"})
         assert placement.relists == 2
     finally:

@@ -1,6 +1,6 @@
-"""`coach scheduler` against the fake kube-apiserver, over loopback HTTP with the official client.
+"""`coach scheduler` against the suite's real kube-apiserver, over TLS with the official client.
 
-Each test starts the fake, makes nodes, PodGroups and pods as Coach's controller and Nuclio would, runs one or two
+Each test makes nodes, PodGroups and pods in a namespace of its own as Coach's controller and Nuclio would, runs one or two
 KubeScheduler replicas in this process, and checks what the apiserver ends up holding: which pod is bound where,
 the Events and PodScheduled conditions, the Lease, /metrics and /healthz.
 """
@@ -11,45 +11,33 @@ import threading
 
 import pytest
 import requests
+import yaml
 
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.kube import FAILED_SCHEDULING, LEASE_NAME, SCHEDULER_NAME
-from tests.fakes.kube_apiserver import FakeApiServer
 from coach.kube_scheduler import watch
 from coach.placement.kube_connect import connect
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.watch import Change
-from tests.contract.kube_scheduler_support import NS, Kube, wait_for
+from tests.controlplane.proxy import Relay
+from tests.contract.kube_scheduler_support import kube, wait_for  # noqa: F401 (a fixture)
 
 LEASE_S = 2.0  # short, so that a follower takes over within a second or two
 
 
 @pytest.fixture
-def fake():
-    with FakeApiServer() as server:
-        yield server
+def kubeconfig(control_plane, kube, tmp_path):
+    return str(control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube.ns))
 
 
 @pytest.fixture
-def kubeconfig(fake, tmp_path):
-    return str(fake.write_kubeconfig(tmp_path / "kubeconfig"))
-
-
-@pytest.fixture
-def kube(kubeconfig):
-    api, _ = connect(kubeconfig)
-    yield Kube(api)
-    api.close()
-
-
-@pytest.fixture
-def start(kubeconfig):
+def start(kubeconfig, kube):
     """start(profile, **config) -> a running KubeScheduler with its own client; all are stopped at the end."""
     running = []
 
-    def start(profile: str = "gang", identity: str = "", **config) -> KubeScheduler:
+    def start(profile: str = "gang", identity: str = "", kubeconfig: str = kubeconfig, **config) -> KubeScheduler:
         api, _ = connect(kubeconfig)
-        options = dict(profile=profile, namespace=NS, lease_namespace=NS, identity=identity, metrics_host="127.0.0.1",
+        options = dict(profile=profile, namespace=kube.ns, lease_namespace=kube.ns, identity=identity, metrics_host="127.0.0.1",
                        metrics_port=0, lease_duration_s=LEASE_S, report_after_s=0.1, bind_retry_s=0.2)
         options.update(config)
         scheduler = KubeScheduler(api, Config(**options))
@@ -79,7 +67,7 @@ def test_a_gang_of_three_is_bound_only_once_all_three_fit(kube, start, profile):
     kube.node("n1", slots=2)
     leader(start(profile))
     names = kube.job("a")
-    reason = "HeadOfLine: job default/a needs 3 slots, the cluster has 2"
+    reason = f"HeadOfLine: job {kube.ns}/a needs 3 slots, the cluster has 2"
     wait_for("the reason Event", lambda: kube.events("a-worker-0", FAILED_SCHEDULING))
     assert kube.nodes_of(names) == dict.fromkeys(names)
     assert [e.message for e in kube.events("a-worker-0", FAILED_SCHEDULING)] == [reason]
@@ -108,12 +96,12 @@ def test_default_binds_pod_by_pod(kube, start):
     assert kube.nodes_of(names) == {"a-scheduler-0": "n1", "a-server-0": "n1", "a-worker-0": None}
     wait_for("the reason Event", lambda: kube.events("a-worker-0", FAILED_SCHEDULING))
     assert kube.events("a-worker-0", FAILED_SCHEDULING)[0].message == (  # the thesis's observation, told
-        "deadlock: 1 pending pod fit nowhere and no job can run: default/a 2/3 needed pods bound, short of worker")
+        f"deadlock: 1 pending pod fit nowhere and no job can run: {kube.ns}/a 2/3 needed pods bound, short of worker")
 
 
 def test_node_slots_come_from_the_label_else_from_allocatable_pods(kube, start):
-    kube.node("labelled", slots=1, allocatable="110")
-    kube.node("plain", allocatable="2")
+    kube.node("labelled", slots=1, pods="110")
+    kube.node("plain", pods="2")
     scheduler = leader(start("default"))
     names = kube.job("a")
     wait_for("the job bound", lambda: kube.bound(names))
@@ -133,7 +121,7 @@ def test_an_unschedulable_node_takes_no_pod(kube, start):
     more = kube.job("b")
     wait_for("the reason Event", lambda: kube.events("b-worker-0", FAILED_SCHEDULING))
     assert kube.events("b-worker-0", FAILED_SCHEDULING)[0].message == (
-        "HeadOfLine: job default/b needs 3 slots, the cluster has 0")
+        f"HeadOfLine: job {kube.ns}/b needs 3 slots, the cluster has 0")
     kube.node("cordoned", slots=4)  # uncordoned
     wait_for("the second job bound", lambda: kube.bound(more), timeout_s=15)
     assert set(kube.nodes_of(more).values()) == {"cordoned"}
@@ -157,12 +145,12 @@ def test_deleting_a_jobs_pods_frees_their_slots_for_the_job_waiting(kube, start)
 def test_a_binding_answered_409_adopts_the_pods_node_and_is_not_retried(kube, start):
     kube.node("n1", slots=3)
     kube.node("n2", slots=3)
-    kube.leases.create_namespaced_lease(NS, {"metadata": {"name": LEASE_NAME}, "spec": {
+    kube.leases.create_namespaced_lease(kube.ns, {"metadata": {"name": LEASE_NAME}, "spec": {
         "holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
         "renewTime": "2099-01-01T00:00:00.000000Z"}})
     scheduler = start("gang", identity="late")
     assert scheduler.wait_synced(10)
-    lagging = "default/a-worker-0"
+    lagging = f"{kube.ns}/a-worker-0"
     apply = scheduler._apply
 
     def lagging_watch(item, now_s):  # the watch has not delivered this pod's binding yet
@@ -175,23 +163,23 @@ def test_a_binding_answered_409_adopts_the_pods_node_and_is_not_retried(kube, st
     names = kube.job("a")
     wait_for("the pods seen", lambda: len(scheduler.mirror.pods) == 3)
     kube.bind("a-worker-0", "n2")  # another scheduler got there first
-    lease = kube.leases.read_namespaced_lease(LEASE_NAME, NS)
+    lease = kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns)
     lease.spec.holder_identity = ""
-    kube.leases.replace_namespaced_lease(LEASE_NAME, NS, lease)
+    kube.leases.replace_namespaced_lease(LEASE_NAME, kube.ns, lease)
     wait_for("the conflict", lambda: scheduler.conflicts)
     wait_for("the job bound", lambda: kube.bound(names))
     assert scheduler.conflicts == [lagging]
-    assert scheduler.mirror.fork.bound[lagging] == "n2"
+    assert kube.short(scheduler.mirror.fork.bound[lagging]) == "n2"
     assert kube.nodes_of(["a-worker-0"]) == {"a-worker-0": "n2"}
     wait_for("its records", lambda: len(scheduler.bound) >= 2)  # recorded a moment after the apiserver has them
-    assert sorted(scheduler.bound) == ["default/a-scheduler-0", "default/a-server-0"]
+    assert sorted(scheduler.bound) == [f"{kube.ns}/a-scheduler-0", f"{kube.ns}/a-server-0"]
     kube.job("b")  # more scheduling passes: the adopted pod is never bound again
     wait_for("the next job bound", lambda: len(scheduler.bound) == 5)
     assert scheduler.conflicts == [lagging]
     assert scheduler.metrics.binding_conflicts._value.get() == 1
 
 
-def test_a_relist_after_410_gone_binds_nothing_twice(kube, start, fake):
+def test_a_relist_after_410_gone_binds_nothing_twice(kube, start, control_plane):
     kube.node("n1", slots=100)
     scheduler = leader(start("gang"))
     first = kube.job("a")
@@ -201,7 +189,7 @@ def test_a_relist_after_410_gone_binds_nothing_twice(kube, start, fake):
 
     def held_back(**kwargs):  # the watch's next request waits until the history it needs is gone
         if kwargs.get("watch"):
-            resume.wait(10)
+            resume.wait(20)
         return watching(**kwargs)
 
     pods._list_call = held_back
@@ -212,15 +200,15 @@ def test_a_relist_after_410_gone_binds_nothing_twice(kube, start, fake):
     pods.interrupt()  # the watch drops; bindings are in flight
     for i in range(5, 10):
         many += kube.job(f"j{i}")
-    fake.compact()
+    control_plane.restart_apiserver()  # its new watch cache starts after the pods watch's resourceVersion
     resume.set()
     wait_for("a relist of pods", lambda: scheduler.metrics.relists.labels(resource="pods")._value.get() >= 1)
     many += kube.job("after")
     wait_for("every pod bound", lambda: kube.bound(first + many), timeout_s=20)
     wait_for("its records", lambda: len(scheduler.bound) >= len(first + many))
-    assert sorted(scheduler.bound) == sorted(f"{NS}/{name}" for name in first + many)
+    assert sorted(scheduler.bound) == sorted(f"{kube.ns}/{name}" for name in first + many)
     assert scheduler.conflicts == []
-    assert {scheduler.bound[f"{NS}/{n}"] for n in first + many} == {"n1"}
+    assert {kube.short(scheduler.bound[f"{kube.ns}/{n}"]) for n in first + many} == {"n1"}
 
 
 def test_a_restarted_scheduler_keeps_every_binding_and_binds_nothing_twice(kube, start):
@@ -236,7 +224,7 @@ def test_a_restarted_scheduler_keeps_every_binding_and_binds_nothing_twice(kube,
     where_before = kube.nodes_of(held + batch)
     second_life = leader(start("gang", identity="second-life"))
     wait_for("every pod bound", lambda: kube.bound(held + batch), timeout_s=20)
-    everyone = {f"{NS}/{n}" for n in held + batch}
+    everyone = {f"{kube.ns}/{n}" for n in held + batch}
     # the apiserver answers 201 before the scheduler's loop has applied the outcome: wait for that too
     wait_for("every binding recorded", lambda: set(first_life.bound) | set(second_life.bound) == everyone)
     both = set(first_life.bound) & set(second_life.bound)
@@ -258,18 +246,18 @@ def test_of_two_replicas_only_the_lease_holder_binds_and_the_other_takes_over(ku
     wait_for("every pod bound", lambda: kube.bound(names), timeout_s=20)
     boss, other = (one, two) if one.is_leader() else (two, one)
     # the loop records a binding when it handles the binder's outcome, a moment after the apiserver has it
-    expected = sorted(f"{NS}/{n}" for n in names)
+    expected = sorted(f"{kube.ns}/{n}" for n in names)
     wait_for("the holder's records", lambda: len(boss.bound) + len(other.bound) >= len(names))
     assert sorted(boss.bound) == expected  # each pod bound once, by the holder
     assert other.bound == {} and other.conflicts == [] and boss.conflicts == []
-    assert kube.leases.read_namespaced_lease(LEASE_NAME, NS).spec.holder_identity == boss.identity
+    assert kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns).spec.holder_identity == boss.identity
     boss.stop()  # gives the Lease up
     wait_for("the other replica to lead", other.is_leader, timeout_s=5)  # its next try, not the Lease's 6 s
     later = kube.job("later")
     wait_for("the next job bound", lambda: kube.bound(later))
     wait_for("its records", lambda: len(other.bound) >= len(later))
-    assert sorted(other.bound) == sorted(f"{NS}/{n}" for n in later)
-    assert kube.leases.read_namespaced_lease(LEASE_NAME, NS).spec.holder_identity == other.identity
+    assert sorted(other.bound) == sorted(f"{kube.ns}/{n}" for n in later)
+    assert kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns).spec.holder_identity == other.identity
 
 
 # ---- telling why: Events, conditions, /metrics, /healthz ----------------------------------------------------------
@@ -282,7 +270,7 @@ def test_a_pending_pod_gets_one_event_and_its_condition_per_reason(kube, start):
     names = [kube.pod(fid) for fid in functions_for("a", 1, 1)[:2]]
     wait_for("the reason Event", lambda: kube.events("a-scheduler-0", FAILED_SCHEDULING))
     event = kube.events("a-scheduler-0", FAILED_SCHEDULING)[0]
-    pod = kube.core.read_namespaced_pod("a-scheduler-0", NS)
+    pod = kube.core.read_namespaced_pod("a-scheduler-0", kube.ns)
     assert (event.type, event.source.component, event.involved_object.kind) == ("Warning", SCHEDULER_NAME, "Pod")
     assert event.involved_object.uid == pod.metadata.uid
     assert event.message == "PodGroupRoles: waiting for roles: worker"
@@ -294,7 +282,7 @@ def test_a_pending_pod_gets_one_event_and_its_condition_per_reason(kube, start):
     assert len(kube.events("a-scheduler-0", FAILED_SCHEDULING)) == 1  # not one per pass
     kube.pod(FunctionId("a", Role.WORKER, 0))
     wait_for("Scheduled Events", lambda: all(kube.events(n, "Scheduled") for n in names + ["a-worker-0"]))
-    assert kube.events("a-worker-0", "Scheduled")[0].message.startswith("Successfully assigned default/a-worker-0 to")
+    assert kube.events("a-worker-0", "Scheduled")[0].message.startswith(f"Successfully assigned {kube.ns}/a-worker-0 to")
 
 
 def test_pods_coach_cannot_place_are_told_why(kube, start):
@@ -309,9 +297,13 @@ def test_pods_coach_cannot_place_are_told_why(kube, start):
     assert kube.nodes_of(["stray", "b-worker-0"]) == {"stray": None, "b-worker-0": None}
 
 
-def test_metrics_and_healthz_answer(kube, start, fake, monkeypatch):
+def test_metrics_and_healthz_answer(kube, start, control_plane, tmp_path, monkeypatch):
     kube.node("n1", slots=3)
-    scheduler = leader(start("gang"))
+    relay = Relay(control_plane.url).start()  # this scheduler's way to the apiserver, which the test cuts
+    config = control_plane.kubeconfig(control_plane.tokens["admin"], kube.ns)
+    config["clusters"][0]["cluster"]["server"] = relay.url
+    (tmp_path / "relayed").write_text(yaml.safe_dump(config))
+    scheduler = leader(start("gang", kubeconfig=str(tmp_path / "relayed")))
     names = kube.job("a")
     wait_for("the job bound", lambda: kube.bound(names))
     base = f"http://127.0.0.1:{scheduler.metrics_port}"
@@ -324,9 +316,10 @@ def test_metrics_and_healthz_answer(kube, start, fake, monkeypatch):
     health = requests.get(f"{base}/healthz")
     assert (health.status_code, health.text) == (200, "ok")
     monkeypatch.setattr(watch, "STALE_AFTER_S", 0.2)
-    fake.stop()  # the watches die with it
+    relay.cut()  # the watches die with the connection
     # each watch notices on its own clock: wait until all three are reported, then check the answer whole
     wait_for("/healthz to name every watch", lambda: requests.get(f"{base}/healthz").text.endswith("pods")
              and requests.get(f"{base}/healthz").text.count(",") == 2)
     health = requests.get(f"{base}/healthz")
     assert (health.status_code, health.text) == (503, "not watching: nodes, podgroups, pods")
+    relay.stop()

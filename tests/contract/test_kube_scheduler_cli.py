@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from tests.fakes.kube_apiserver import FakeApiServer
 from coach.ui.cli import main
+from tests.controlplane.cluster import free_port
 
 
 def one_line(text: str) -> str:
@@ -35,38 +35,53 @@ def test_an_unknown_profile_is_bad_input(tmp_path, capsys):
     assert "argument --profile: invalid choice: 'fastest'" in one_line(capsys.readouterr().err)
 
 
-def test_an_apiserver_nobody_answers_at_is_one_line_and_exit_1(tmp_path, capsys):
-    with FakeApiServer() as fake:  # gone when the scheduler starts: nothing listens at its port
-        config, url = fake.write_kubeconfig(tmp_path / "kubeconfig"), fake.url
+def test_an_apiserver_nobody_answers_at_is_one_line_and_exit_1(control_plane, tmp_path, capsys):
+    url = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
+    config.write_text(config.read_text().replace(control_plane.url, url))
     assert main(["scheduler", "--kubeconfig", str(config), "--metrics-port", "0"]) == 1
     assert one_line(capsys.readouterr().err) == (
         f"coach scheduler: cannot reach the apiserver at {url}: [Errno 111] Connection refused")
 
 
-def test_bench_refuses_more_pods_than_slots(capsys):
-    assert main(["bench", "kube-scheduler", "--nodes", "2", "--pods", "9", "--slots-per-node", "4"]) == 2
+def test_bench_refuses_more_pods_than_slots(tmp_path, capsys):
+    assert main(["bench", "kube-scheduler", "--kubeconfig", str(tmp_path / "k"), "--nodes", "2", "--pods", "9",
+                 "--slots-per-node", "4"]) == 2
     assert one_line(capsys.readouterr().err) == "--pods: 9 pods do not fit 2 nodes x 4 slots"
 
 
 @pytest.mark.parametrize("binder", ["process", "threads"])
-def test_bench_binds_every_pod_once_and_says_how_fast(capsys, binder):
-    assert main(["bench", "kube-scheduler", "--nodes", "40", "--pods", "120", "--apiserver", "thread",
+def test_bench_binds_every_pod_once_with_both_schedulers_and_says_how_fast(control_plane, tmp_path, capsys, binder):
+    control_plane.start_kube_scheduler()
+    config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
+    assert main(["bench", "kube-scheduler", "--kubeconfig", str(config), "--nodes", "40", "--pods", "120",
                  "--binder", binder]) == 0
-    result = json.loads(one_line(capsys.readouterr().out))
-    assert (result["pods_bound"], result["pods_bound_in_apiserver"], result["conflicts"]) == (120, 120, 0)
-    assert result["binder"] == binder and (result["cpu_binder_s"] is None) == (binder == "threads")
-    assert result["pods_per_s"] > 0 and result["seconds"] > 0
-    # real percentiles of the recorded latencies, never a histogram bucket's bound or null
-    assert 0 < result["bind_latency_p50_s"] <= result["bind_latency_p99_s"] < result["seconds"] + 1
-    assert result["cpu_load_s"] > 0 and result["events_written"] >= 0
+    captured = capsys.readouterr()
+    result = json.loads(one_line(captured.out))
+    assert [(run["scheduler"], run["pods_bound"]) for run in result["runs"]] == [("coach", 120), ("default", 120)]
+    coach, default = result["runs"]
+    assert coach["conflicts"] == 0 and default["conflicts"] is None
+    assert coach["cpu_s"] > 0 and default["cpu_s"] is None
+    assert all(run["pods_per_s"] > 0 and run["seconds"] >= run["create_seconds"] > 0 for run in result["runs"])
+    assert result["ratio"] == round(coach["pods_per_s"] / default["pods_per_s"], 3)
+    assert "coach: 120 of 120 pods bound" in captured.err
+    with control_plane.client() as api:  # the bench leaves nothing behind
+        from kubernetes import client
+
+        assert [n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector="coach.io/bench").items] == []
 
 
-def test_bench_percentiles_are_nearest_rank_of_what_was_recorded():
-    from coach.kube_scheduler.bench import _percentiles
+def test_bench_without_kube_scheduler_says_what_was_bound_and_exits_1(control_plane, tmp_path, capsys, monkeypatch):
+    from coach.kube_scheduler import bench
 
-    assert _percentiles([0.3, 0.1, 0.2, 0.4], (0.5, 0.99)) == (0.2, 0.4)
-    assert _percentiles([5.0], (0.5, 0.99)) == (5.0, 5.0)
-    assert all(math.isnan(value) for value in _percentiles([], (0.5,)))
+    control_plane.stop_kube_scheduler()
+    monkeypatch.setattr(bench, "STALL_S", 3.0)
+    config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
+    assert main(["bench", "kube-scheduler", "--kubeconfig", str(config), "--nodes", "2", "--pods", "4",
+                 "--schedulers", "default"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(one_line(captured.out))["runs"][0]["pods_bound"] == 0
+    assert "default: 0 of 4 pods bound" in captured.err
 
 
 def test_the_command_line_offers_every_binder_of_the_registry():

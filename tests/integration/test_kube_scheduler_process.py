@@ -1,4 +1,4 @@
-"""`coach scheduler` as a real process against the fake kube-apiserver: it binds pods, answers /healthz, and a
+"""`coach scheduler` as a real process against the suite's real kube-apiserver: it binds pods, answers /healthz, and a
 SIGTERM (or Ctrl-C) stops it cleanly: exit code 130, the Lease given up, nothing left running."""
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import pytest
 import requests
 
 from coach.domain.kube import LEASE_NAME
-from tests.fakes.kube_apiserver import FakeApiServer
-from coach.placement.kube_connect import connect
-from tests.contract.kube_scheduler_support import NS, Kube, wait_for
+from tests.contract.kube_scheduler_support import kube, wait_for  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -25,12 +23,8 @@ COACH = str(Path(sys.executable).with_name("coach"))
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    with FakeApiServer() as fake:
-        config = fake.write_kubeconfig(tmp_path / "kubeconfig")
-        api, _ = connect(str(config))
-        yield config, Kube(api)
-        api.close()
+def cluster(control_plane, kube, tmp_path):
+    return control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube.ns), kube
 
 
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -51,7 +45,7 @@ def test_the_scheduler_process_binds_pods_and_stops_cleanly(cluster, stop_with):
         names = kube.job("a")
         wait_for("the job bound", lambda: kube.bound(names), timeout_s=20)
         assert requests.get(f"http://127.0.0.1:{port}/healthz").text == "ok"
-        assert kube.leases.read_namespaced_lease(LEASE_NAME, NS).spec.holder_identity == "the-process"
+        assert kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns).spec.holder_identity == "the-process"
         process.send_signal(stop_with)
         assert process.wait(timeout=30) == 130
     finally:
@@ -64,6 +58,6 @@ def test_the_scheduler_process_binds_pods_and_stops_cleanly(cluster, stop_with):
         process.stderr.close()
     assert lines[-1] == "coach scheduler: stopped after binding 3 pods\n", (lines, stderr)
     assert "Traceback" not in stderr
-    assert kube.leases.read_namespaced_lease(LEASE_NAME, NS).spec.holder_identity in ("", None)
+    assert kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns).spec.holder_identity in ("", None)
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
