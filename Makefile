@@ -1,10 +1,11 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from nothing. `make demo-k8s` runs LeNet on
-# the Kubernetes + Nuclio stack, all of it on loopback (fake kube-apiserver and dashboard, moto S3, coach scheduler).
+# the Kubernetes + Nuclio stack, all of it on loopback (a real etcd, kube-apiserver and kube-scheduler built
+# from source, the test double of Nuclio's dashboard, moto's S3, coach scheduler).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-k8s test venv kubectl chromium clean
+.PHONY: demo demo-k8s test venv controlplane chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,19 +20,17 @@ venv: $(VENV)/.installed
 demo: venv
 	$(BIN)/coach run jobs/*.yaml
 
-demo-k8s: venv
+demo-k8s: venv controlplane
 	$(BIN)/python -m tests.fakes.stack jobs/lenet-mnist.yaml
 
-test: venv kubectl chromium
+test: venv chromium controlplane
 	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores
 
-# tests/integration/test_kubectl.py runs kubectl against the fake apiserver: Debian's kubernetes-client (kubectl
-# 1.20) unless a kubectl is already on PATH (its package would clash with another package's /usr/bin/kubectl).
-kubectl:
-	@command -v kubectl >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then sudo=; elif command -v sudo >/dev/null; then sudo=sudo; \
-	  else echo "error: kubectl is missing and installing it needs root or sudo"; exit 1; fi; \
-	  $$sudo apt-get update && $$sudo apt-get install -y kubernetes-client; }
+# The suite's Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl of one release), built
+# with the machine's Go from tests/controlplane/go.mod through the Go module proxy; cached per pinned version
+# under ~/.cache/coach/controlplane (about 8 minutes on 2 cores the first time, nothing after).
+controlplane: venv
+	$(BIN)/python -m tests.controlplane.build
 
 # tests/integration/test_serve.py drives `coach serve`'s page in Debian's Chromium through Playwright (no browser
 # download: Playwright launches /usr/bin/chromium).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.controlplane.build import ensure_built
 from tests.controlplane.cluster import ControlPlane
 from tests.fakes.s3 import LoopbackS3
 
@@ -18,8 +19,14 @@ _buckets = itertools.count(1)
 def pytest_collection_modifyitems(items):
     """Every test on the real control plane is marked `kube` (so `-m "not kube"` leaves them out)."""
     for item in items:
-        if "control_plane" in getattr(item, "fixturenames", ()):
+        if {"control_plane", "kubectl_binary"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kube)
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> str:
+    """kubectl of the control plane's release, built with it."""
+    return str(ensure_built() / "bin" / "kubectl")
 
 
 @pytest.fixture(scope="session")

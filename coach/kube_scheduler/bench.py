@@ -262,6 +262,14 @@ class Bench:
         finish(self.core.patch_node(name, {"spec": {"taints": None}}, _preload_content=False))
 
     def set_up(self) -> None:
+        if "coach" in self.schedulers:
+            try:
+                client.ApiextensionsV1Api(self.api).read_custom_resource_definition(
+                    f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}")
+            except client.ApiException as error:
+                if error.status == 404:
+                    raise RuntimeError("the PodGroup CRD is not installed: kubectl apply -f deploy/podgroup-crd.yaml")
+                raise
         self.say(f"creating namespace {self.namespace}, {self.nodes} nodes and the PodGroups")
         finish(self.core.create_namespace({"metadata": {"name": self.namespace, "labels": {BENCH_LABEL: self.run_id}}},
                                           _preload_content=False))

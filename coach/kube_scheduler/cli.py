@@ -74,6 +74,20 @@ def run_scheduler(kubeconfig: str, profile: str, namespace: str | None, all_name
         api.close()
 
 
+def _one_line(error: Exception) -> str:
+    """An exception as one line; an apiserver's refusal with its status and message."""
+    from kubernetes.client.rest import ApiException
+
+    if isinstance(error, ApiException):
+        try:
+            message = json.loads(error.body or "{}").get("message") or ""
+        except (ValueError, AttributeError):
+            message = ""
+        return f"the apiserver answered {error.status} {error.reason}" + (f": {message}" if message else "")[:500]
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:500]
+
+
 def run_bench_command(kubeconfig: str, nodes: int, pods: int, profile: str, slots_per_node: int,
                       schedulers: tuple[str, ...], binder: str = "process") -> int:
     """`coach bench kube-scheduler`: progress on stderr, the result as one JSON line on stdout."""
@@ -102,8 +116,7 @@ def run_bench_command(kubeconfig: str, nodes: int, pods: int, profile: str, slot
         print(f"coach bench kube-scheduler: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as error:  # the apiserver refused or broke off: one line, the clean-up has run
-        print(f"coach bench kube-scheduler: {str(error).splitlines()[0][:500] if str(error) else type(error).__name__}",
-              file=sys.stderr)
+        print(f"coach bench kube-scheduler: {_one_line(error)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         api.close()

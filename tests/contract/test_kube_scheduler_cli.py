@@ -51,7 +51,8 @@ def test_bench_refuses_more_pods_than_slots(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("binder", ["process", "threads"])
-def test_bench_binds_every_pod_once_with_both_schedulers_and_says_how_fast(control_plane, tmp_path, capsys, binder):
+def test_bench_binds_every_pod_once_with_both_schedulers_and_says_how_fast(control_plane, podgroup_crd, tmp_path,
+                                                                          capsys, binder):
     control_plane.start_kube_scheduler()
     config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
     assert main(["bench", "kube-scheduler", "--kubeconfig", str(config), "--nodes", "40", "--pods", "120",
@@ -71,7 +72,8 @@ def test_bench_binds_every_pod_once_with_both_schedulers_and_says_how_fast(contr
         assert [n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector="coach.io/bench").items] == []
 
 
-def test_bench_without_kube_scheduler_says_what_was_bound_and_exits_1(control_plane, tmp_path, capsys, monkeypatch):
+def test_bench_without_kube_scheduler_says_what_was_bound_and_exits_1(control_plane, podgroup_crd, tmp_path, capsys,
+                                                                      monkeypatch):
     from coach.kube_scheduler import bench
 
     control_plane.stop_kube_scheduler()

@@ -1,7 +1,7 @@
 """`coach run --platform nuclio`: every wrong option is one line naming it and exit code 2, before anything runs.
 
-The site is checked against live fakes over loopback (a kube-apiserver that answers, a dashboard that answers or
-a port where nothing listens), so "does not answer" is what a user would see, not a mock's idea of it.
+The site is checked against live servers over loopback (the suite's real kube-apiserver, the dashboard's test
+double, or a port where nothing listens), so "does not answer" is what a user would see, not a mock's idea of it.
 """
 
 from __future__ import annotations
@@ -10,19 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.kube_apiserver import FakeApiServer
-from tests.fakes.nuclio_dashboard import FakeDashboard
 from coach.platforms.local import free_port
 from coach.ui.cli import main
+from tests.fakes.nuclio_dashboard import FakeDashboard
 
 REPO = Path(__file__).resolve().parents[2]
 LENET = REPO / "jobs" / "lenet-mnist.yaml"
 
 
 @pytest.fixture
-def apiserver(tmp_path):
-    with FakeApiServer() as server:
-        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
+def apiserver(control_plane, kube_namespace, tmp_path):
+    return control_plane, control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube_namespace)
 
 
 def run(capsys, *args) -> tuple[int, str]:
@@ -56,9 +54,9 @@ def test_malformed_values_are_refused_by_the_parser(capsys, option, value, says)
 
 
 def test_an_apiserver_that_does_not_answer_is_named(capsys, tmp_path, monkeypatch, apiserver):
-    server, kubeconfig = apiserver
+    plane, kubeconfig = apiserver
     monkeypatch.chdir(tmp_path)
-    server.stop()
+    kubeconfig.write_text(kubeconfig.read_text().replace(plane.url, f"https://127.0.0.1:{free_port()}"))
     code, err = run(capsys, LENET, "--platform", "nuclio", "--dashboard", "http://127.0.0.1:1",
                     "--kubeconfig", kubeconfig)
     assert code == 2

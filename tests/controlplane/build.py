@@ -1,4 +1,4 @@
-"""Build etcd, kube-apiserver and kube-scheduler from this folder's go.mod, once per pinned version.
+"""Build etcd, kube-apiserver, kube-scheduler and kubectl from this folder's go.mod, once per pinned version.
 
 The binaries land in a cache folder outside the work tree, named after a digest of go.mod, go.sum, etcd/main.go
 and the Go version, so a clean clone on the same machine reuses them and a change of pin builds anew. The build
@@ -29,6 +29,7 @@ BINARIES = {
     "etcd": "./etcd",
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",  # the client of the same release (no version skew in the tests)
 }
 CACHE_ENV = "COACH_CONTROLPLANE_CACHE"
 

@@ -1,10 +1,12 @@
 """The whole Kubernetes + Nuclio stack on one machine, over loopback: what `make demo-k8s` and the end-to-end
 tests run `coach run --platform nuclio` against.
 
-Parts: the fake kube-apiserver with one node per node of the cluster file (capacity in the `coach.io/slots`
-label), moto's S3 server with a bucket for checkpoints, the fake Nuclio dashboard (it creates each function's pod
-in the apiserver, waits for Coach's scheduler to bind it, then starts the function's real warm host), and `coach
-scheduler` in its own process. The controller, `coach run`, is another process, as on a real cluster.
+Parts: the real control plane (tests/controlplane: etcd, kube-apiserver, kube-scheduler) with one Ready node per
+node of the cluster file (its slots as the `coach.io/slots` cap, 4 CPUs and 8 GiB allocatable), moto's S3 server
+with a bucket for checkpoints, the test double of Nuclio's dashboard (it creates each function's pod in the
+apiserver, waits for a scheduler to bind it, then starts the function's real warm host), and `coach scheduler` in
+its own process. The controller, `coach run`, is another process, as on a real cluster. Tests pass the session's
+control plane and get a namespace of their own; `make demo-k8s` starts one for itself.
 
 `python -m tests.fakes.stack [--cluster FILE] [--results DIR] [--profile gang] JOB.yaml...` starts the stack,
 runs the jobs, prints where everything was, and stops it all. Side effects: servers on 127.0.0.1, processes
@@ -24,14 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kubernetes import client
-
 from coach.domain.cluster import ClusterSpec
 from coach.domain.kube import SLOTS_LABEL
-from tests.fakes.kube_apiserver import FakeApiServer
+from tests.controlplane.cluster import ControlPlane
 from tests.fakes.nuclio_dashboard import FakeDashboard
 from tests.fakes.s3 import LoopbackS3
-from coach.placement.kube_connect import connect
 
 BUCKET = "coach-checkpoints"
 STOP_GRACE_S = 10.0
@@ -49,10 +48,10 @@ class LoopbackStack:
     """The stack's parts; `start()` brings them up in dependency order, `stop()` takes them down in reverse."""
 
     workdir: Path  # kubeconfig, logs of the dashboard's hosts and of the scheduler
-    cluster: ClusterSpec  # one fake node per node, with its slots
+    cluster: ClusterSpec  # one node per node, with its slots
     namespace: str = "default"
     profile: str = "gang"  # the scheduler's profile
-    api: FakeApiServer | None = None
+    plane: ControlPlane | None = None  # the control plane to use (None: start one, and stop it at the end)
     s3: LoopbackS3 | None = None
     dashboard: FakeDashboard | None = None
     scheduler: subprocess.Popen | None = None
@@ -61,10 +60,28 @@ class LoopbackStack:
     env: dict[str, str] = field(default_factory=dict)  # what the controller and the functions read (S3 address)
     setenv: Callable[[str, str], None] = os.environ.__setitem__  # tests pass monkeypatch.setenv
 
+    own_plane: bool = False  # this stack started the control plane
+    audit_from: int = 0  # the audit log's length when the stack started
+
     def start(self, with_scheduler: bool = True) -> "LoopbackStack":
+        """Bring the parts up; if one fails, what is up already is stopped before the error propagates."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.api = FakeApiServer().start()
-        self.kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig", namespace=self.namespace)
+        try:
+            self._start(with_scheduler)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, with_scheduler: bool) -> None:
+        if self.plane is None:
+            self.plane = ControlPlane(self.workdir / "controlplane").start()
+            self.own_plane = True
+        self.audit_from = self.plane.audit_lines()
+        self.plane.ensure_namespace(self.namespace)
+        self.plane.apply_crd(Path(__file__).resolve().parents[2] / "deploy" / "podgroup-crd.yaml")
+        self.plane.start_kube_scheduler()  # the cluster's default scheduler, for runs with --scheduler default
+        self.kubeconfig = self.plane.write_kubeconfig(self.workdir / "kubeconfig", namespace=self.namespace)
         self._add_nodes()
         self.s3 = LoopbackS3().start()
         self.s3.make_bucket(BUCKET)
@@ -74,17 +91,17 @@ class LoopbackStack:
         self.dashboard = FakeDashboard(self.kubeconfig, self.namespace, log_dir=self.workdir / "functions").start()
         if with_scheduler:
             self.start_scheduler()
-        return self
 
     def _add_nodes(self) -> None:
-        api, problem = connect(str(self.kubeconfig))
-        assert api is not None, problem  # the kubeconfig the fake apiserver just wrote
-        with api:
-            core = client.CoreV1Api(api)
-            for node in self.cluster.nodes:
-                core.create_node(client.V1Node(
-                    metadata=client.V1ObjectMeta(name=node.name, labels={SLOTS_LABEL: str(node.slots)}),
-                    status=client.V1NodeStatus(allocatable={"pods": str(node.slots)})))
+        for node in self.cluster.nodes:
+            self.plane.add_node(node.name, labels={SLOTS_LABEL: str(node.slots)})
+
+    def binding_attempts(self) -> list[tuple[str, int]]:
+        """(pod, HTTP status) of every binding in the stack's namespace since it started, from the audit log."""
+        return [(event["objectRef"]["name"], event["responseStatus"]["code"])
+                for event in self.plane.audit(self.audit_from)
+                if event.get("objectRef", {}).get("subresource") == "binding"
+                and event["objectRef"].get("namespace") == self.namespace]
 
     @property
     def checkpoints(self) -> str:
@@ -104,10 +121,15 @@ class LoopbackStack:
         return self.scheduler
 
     def kill_scheduler(self, sig: int = signal.SIGKILL) -> None:
-        """End the scheduler process (SIGKILL by default: no chance to tidy up, as a crashed pod)."""
+        """End the scheduler process (SIGKILL by default: no chance to tidy up, as a crashed pod); one that does
+        not end within STOP_GRACE_S of a gentler signal is killed."""
         if self.scheduler is not None and self.scheduler.poll() is None:
             self.scheduler.send_signal(sig)
-            self.scheduler.wait(timeout=STOP_GRACE_S)
+            try:
+                self.scheduler.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.scheduler.kill()
+                self.scheduler.wait()
         self.scheduler = None
 
     def run_arguments(self) -> list[str]:
@@ -116,11 +138,22 @@ class LoopbackStack:
                 "--namespace", self.namespace, "--checkpoints", self.checkpoints]
 
     def stop(self) -> None:
-        if self.scheduler is not None:
-            self.kill_scheduler(signal.SIGTERM)
-        for part in (self.dashboard, self.s3, self.api):
-            if part is not None:
-                part.stop()
+        """Stop every part that runs, whatever fails on the way (each step is tried; nothing raises)."""
+        steps = [lambda: self.kill_scheduler(signal.SIGTERM)]
+        steps += [part.stop for part in (self.dashboard, self.s3) if part is not None]
+        if self.plane is not None:
+            plane = self.plane
+            steps += [lambda: plane.force_delete_pods(self.namespace),
+                      lambda: plane.delete_nodes(node.name for node in self.cluster.nodes)]
+            if self.own_plane:
+                steps.append(plane.stop)
+        for step in steps:
+            try:
+                step()
+            except Exception as error:  # noqa: BLE001 - tidy up the rest, say what could not be
+                print(f"stack: stopping: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}",
+                      file=sys.stderr, flush=True)
+        self.dashboard = self.s3 = None
 
     def __enter__(self) -> "LoopbackStack":
         return self.start()
@@ -141,17 +174,25 @@ def main(argv=None) -> int:
     cluster = load_cluster(args.cluster)
     workdir = Path(tempfile.mkdtemp(prefix="coach-k8s-"))
     started = time.monotonic()
-    with LoopbackStack(workdir, cluster, profile=args.profile) as stack:
-        print(f"kube-apiserver {stack.api.url}  nuclio dashboard {stack.dashboard.url}  "
-              f"S3 {stack.s3.endpoint_url}  kubeconfig {stack.kubeconfig}", flush=True)
-        command = [*coach_command(), "run", *args.files, "--results", args.results, "--plain",
-                   *stack.run_arguments()]
-        if args.cluster:
-            command += ["--cluster", args.cluster]
-        code = subprocess.call(command, env={**os.environ, **stack.env})
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the stack as Ctrl-C does
+    code = 130
+    try:
+        with LoopbackStack(workdir, cluster, profile=args.profile) as stack:
+            print(f"kube-apiserver {stack.plane.url}  nuclio dashboard {stack.dashboard.url}  "
+                  f"S3 {stack.s3.endpoint_url}  kubeconfig {stack.kubeconfig}", flush=True)
+            command = [*coach_command(), "run", *args.files, "--results", args.results, "--plain",
+                       *stack.run_arguments()]
+            if args.cluster:
+                command += ["--cluster", args.cluster]
+            code = subprocess.call(command, env={**os.environ, **stack.env})
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+    except Exception as error:  # a part that did not come up: one line; what was up is stopped already
+        print(f"stack: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+              file=sys.stderr, flush=True)
+        code = 1
     print(f"stack stopped after {time.monotonic() - started:.0f} s; its logs: {workdir}", flush=True)
     return code
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -66,11 +66,12 @@ def make_job(tmp_path):
 
 
 @pytest.fixture
-def stack(tmp_path, monkeypatch):
-    """Kubernetes + Nuclio on loopback (fake kube-apiserver and dashboard, moto's S3, `coach scheduler` in its own
-    process) with one node of 4 slots."""
+def stack(tmp_path, monkeypatch, control_plane):
+    """Kubernetes + Nuclio on loopback (the session's control plane, the dashboard's test double, moto's S3,
+    `coach scheduler` in its own process) with one node of 4 slots, in a namespace of its own."""
     cluster = ClusterSpec(name="one-node", nodes=(NodeSpec("node-1", slots=4, price_per_slot_s=0.0001),))
-    running = LoopbackStack(tmp_path / "stack", cluster, setenv=monkeypatch.setenv).start()
+    running = LoopbackStack(tmp_path / "stack", cluster, namespace=f"s-{uuid.uuid4().hex[:10]}", plane=control_plane,
+                            setenv=monkeypatch.setenv).start()
     try:
         yield running
     finally:

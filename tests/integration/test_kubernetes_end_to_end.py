@@ -1,5 +1,5 @@
-"""Coach on Kubernetes + Nuclio, end to end, on loopback: the fake kube-apiserver, the fake Nuclio dashboard
-(real warm hosts, real MXNet), moto's S3 server for checkpoints, and `coach scheduler` in its own process.
+"""Coach on Kubernetes + Nuclio, end to end, on loopback: the suite's real control plane, the test double of Nuclio's
+dashboard (real warm hosts, real MXNet), moto's S3 server for checkpoints, and `coach scheduler` in its own process.
 
 The run is the real `coach run` code (its Python API, in a thread of the test): jobs/lenet-mnist.yaml trains to
 its target while a second, small job waits for the node's slots; the scheduler is killed mid-run and started
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import boto3
@@ -40,9 +40,10 @@ SLOTS = 4  # one node: lenet-mnist (2 workers, 1 server, 1 PS scheduler) fills i
 
 
 @pytest.fixture
-def stack(tmp_path, monkeypatch):
+def stack(tmp_path, monkeypatch, control_plane):
     cluster = ClusterSpec(name="one-node", nodes=(NodeSpec("node-1", slots=SLOTS, price_per_slot_s=0.0001),))
-    running = LoopbackStack(tmp_path / "stack", cluster, setenv=monkeypatch.setenv).start()
+    running = LoopbackStack(tmp_path / "stack", cluster, namespace=f"e-{uuid.uuid4().hex[:10]}", plane=control_plane,
+                            setenv=monkeypatch.setenv).start()
     try:
         yield running
     finally:
@@ -57,14 +58,14 @@ def core_api(stack: LoopbackStack) -> tuple[client.ApiClient, client.CoreV1Api]:
 class NodeLoad(threading.Thread):
     """Samples how many Coach pods are bound to each node, to show the node never held more than its slots."""
 
-    def __init__(self, core: client.CoreV1Api):
+    def __init__(self, core: client.CoreV1Api, namespace: str):
         super().__init__(daemon=True)
-        self.core, self.most, self.stopping = core, collections.Counter(), threading.Event()
+        self.core, self.ns, self.most, self.stopping = core, namespace, collections.Counter(), threading.Event()
 
     def run(self):
         while not self.stopping.wait(0.1):
             try:
-                pods = self.core.list_namespaced_pod("default", label_selector=JOB_LABEL).items
+                pods = self.core.list_namespaced_pod(self.ns, label_selector=JOB_LABEL).items
             except Exception:  # noqa: BLE001 - the apiserver is stopping
                 continue
             now = collections.Counter(pod.spec.node_name for pod in pods if pod.spec.node_name)
@@ -80,17 +81,17 @@ def records(run_dir: Path, job: str) -> list[dict]:
 
 
 def test_lenet_trains_to_its_target_on_kubernetes_and_a_scheduler_restart_loses_and_repeats_no_binding(
-        stack, tmp_path):
+        stack, tmp_path, kubectl_binary):
     lenet = load_job(REPO / "jobs" / "lenet-mnist.yaml")
     small_file = tmp_path / "small.yaml"
     small_file.write_text(yaml.safe_dump({
         "name": "small", "model": str(MODELS / "tiny_mlp.py"), "batch_size": 64, "optimizer": "sgd",
         "learning_rate": 0.05, "target_loss": 0.0, "max_epochs": 2, "budget": 10.0, "workers": 1, "servers": 1}))
     small = load_job(small_file)
-    site = Site(platform="nuclio", dashboard=stack.dashboard.url, namespace="default",
+    site = Site(platform="nuclio", dashboard=stack.dashboard.url, namespace=stack.namespace,
                 kubeconfig=str(stack.kubeconfig), image="coach-functions:test")
     api, core = core_api(stack)
-    load = NodeLoad(core)
+    load = NodeLoad(core, stack.namespace)
     load.start()
     reports = []
     run = threading.Thread(target=lambda: reports.append(run_jobs(
@@ -107,13 +108,12 @@ def test_lenet_trains_to_its_target_on_kubernetes_and_a_scheduler_restart_loses_
 
         # while it waits, the small job's pod says why, to kubectl as to anyone
         def pending_small_pod():
-            pods = core.list_namespaced_pod("default", label_selector=f"{JOB_LABEL}=small").items
+            pods = core.list_namespaced_pod(stack.namespace, label_selector=f"{JOB_LABEL}=small").items
             return next((pod.metadata.name for pod in pods if not pod.spec.node_name), None)
 
         assert wait_until(pending_small_pod, 60)  # lenet holds the node for several more epochs
         pod = pending_small_pod()
-        kubectl = shutil.which("kubectl")
-        assert kubectl, "kubectl is not on PATH: `make test` installs Debian's kubernetes-client"
+        kubectl = kubectl_binary
 
         def described():
             return subprocess.run([kubectl, "--kubeconfig", str(stack.kubeconfig), "describe", "pod", pod],
@@ -134,9 +134,9 @@ def test_lenet_trains_to_its_target_on_kubernetes_and_a_scheduler_restart_loses_
     assert summary["small"]["stop_reason"] == "max_epochs"
     assert reports[0].exit_code == 0
 
-    attempts = stack.api.binding_attempts
-    bound = [pod for _, pod, status in attempts if status == 201]
-    assert attempts and all(status == 201 for _, _, status in attempts), attempts  # adopted, never retried
+    attempts = stack.binding_attempts()
+    bound = [pod for pod, status in attempts if status == 201]
+    assert attempts and all(status == 201 for _, status in attempts), attempts  # adopted, never retried
     assert len(bound) == len(set(bound))  # no pod bound twice
     functions = {name for name in bound}
     assert sum(1 for name in functions if "lenet-mnist" in name) >= 4  # scheduler, server, 2 workers

@@ -1,7 +1,7 @@
 """A Nuclio dashboard that fails: `coach run --platform nuclio` retries a bounded number of times and stops the job
 with a reason that names the dashboard, the endpoint and what it answered; nothing hangs.
 
-The whole loopback stack runs (fake kube-apiserver, fake dashboard, moto S3, `coach scheduler` in its own
+The whole loopback stack runs (the real control plane, the dashboard's test double, moto S3, `coach scheduler` in its own
 process); the dashboard's fault hooks make it answer 500 or hang. The platform is built with short timeouts so
 that the bounds are seconds, as a user would set them for a flaky dashboard, and the requeue backoff starts at
 REQUEUE_BACKOFF_S instead of 1 s: the bound counts tries, and waiting the production backoffs out (31 s) would
@@ -38,10 +38,10 @@ def small_job(tmp_path):
 
 def run(stack: LoopbackStack, tmp_path, placement_timeout_s: float):
     site = Site(platform="nuclio", dashboard=stack.dashboard.url, kubeconfig=str(stack.kubeconfig),
-                image="coach-functions:test")
+                namespace=stack.namespace, image="coach-functions:test")
 
     def platform(logs, token):
-        return NuclioPlatform(stack.dashboard.url, "default", image=site.image, token=token, request_timeout_s=1.0,
+        return NuclioPlatform(stack.dashboard.url, stack.namespace, image=site.image, token=token, request_timeout_s=1.0,
                               retries=2, ready_timeout_s=20.0)
 
     started = time.monotonic()
@@ -60,7 +60,7 @@ def test_a_dashboard_that_answers_500_to_every_create_stops_the_job_as_unschedul
     assert f"nuclio dashboard {stack.dashboard.url}: POST /api/functions: HTTP 500 after 2 tries" in reason, reason
     assert report.exit_code == 1
     assert took_s < 120  # five requeues (0.05 + 0.1 + 0.2 + 0.4 + 0.8 s of backoff) and six bounded creates
-    assert stack.api.binding_attempts == []  # no pod ever existed to bind
+    assert stack.binding_attempts() == []  # no pod ever existed to bind
 
 
 def test_a_dashboard_that_hangs_while_the_function_deploys_stops_the_job_with_a_timeout_reason(stack, tmp_path):

@@ -1,5 +1,5 @@
 """`coach serve --platform nuclio`: a served run on Kubernetes + Nuclio (the loopback stack of `make demo-k8s`:
-fake kube-apiserver and dashboard, moto's S3, `coach scheduler` in its own process). A job submitted over HTTP is
+the real control plane, the dashboard's test double, moto's S3, `coach scheduler` in its own process). A job submitted over HTTP is
 placed by Coach's scheduler, trains through the dashboard's functions, checkpoints to S3 and finishes."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_job_submitted_to_a_server_on_kubernetes_trains_to_its_end(stack, tmp_path):
-    site = Site(platform="nuclio", dashboard=stack.dashboard.url, namespace="default",
+    site = Site(platform="nuclio", dashboard=stack.dashboard.url, namespace=stack.namespace,
                 kubeconfig=str(stack.kubeconfig), image="coach-functions:test")
     config = RunConfig(policy="static", platform="nuclio", placement=PLACEMENT_OF["nuclio"], site=site,
                        checkpoints=stack.checkpoints, placement_timeout_s=120.0)
