@@ -1,9 +1,12 @@
 """Leader election with a coordination.k8s.io/v1 Lease, so that of several replicas only one binds.
 
 The rules (client-go's leaderelection, reduced to what Coach needs):
-- acquire the Lease when it does not exist (create), when its holder is empty, or when it has expired
-  (renewTime + leaseDurationSeconds < now): a PUT carrying the resourceVersion that was read, so that of two
-  replicas racing for it one gets 409 and stays a follower;
+- acquire the Lease when it does not exist (create), when its holder is empty, or when it has expired: a PUT
+  carrying the resourceVersion that was read, so that of two replicas racing for it one gets 409 and stays a
+  follower. Expired is judged as client-go judges it, by this replica's own monotonic clock: the Lease's record
+  (holder, renewTime, transitions) last changed when this replica first saw it so, and it expires
+  leaseDurationSeconds after that sighting. The renewTime written by another machine's clock is never compared
+  with this machine's, so clock skew between replicas cannot make a live leader's Lease look expired;
 - the holder renews every lease_duration/3 the same way;
 - the holder counts itself leader only until `renew deadline` = 2/3 of the lease duration after the start of its
   last successful renewal, by its own monotonic clock. A follower cannot take the Lease before
@@ -55,6 +58,8 @@ class LeaseElector:
         self._thread = threading.Thread(target=self._run, name="coach-scheduler-lease", daemon=True)
         self.transitions = 0  # times this replica became leader
         self._renewed = False  # the last attempt wrote the Lease
+        self._observed: tuple | None = None  # the Lease's record as last read (holder, renewTime, transitions)
+        self._observed_at = 0.0  # monotonic time when this replica first saw that record
 
     def is_leader(self) -> bool:
         """True while this replica holds the Lease and its last renewal is recent enough (see the docstring)."""
@@ -107,7 +112,8 @@ class LeaseElector:
             else:
                 spec = lease.setdefault("spec", {})
                 holder = spec.get("holderIdentity") or ""
-                if holder != self.identity and holder and not self._expired(spec, now_s):
+                self._observe(spec, started)
+                if holder != self.identity and holder and not self._expired(spec, started):
                     self._lose()  # someone else holds it
                     return False
                 if holder != self.identity:
@@ -149,12 +155,20 @@ class LeaseElector:
         finish(self._api.create_namespaced_lease(self.namespace, body, _preload_content=False,
                                                  _request_timeout=self._timeout()))
 
-    def _expired(self, spec: dict, now_s: float) -> bool:
-        renewed_s = parse_time_s(spec.get("renewTime"))
+    def _observe(self, spec: dict, now_mono_s: float) -> None:
+        """Note when the Lease's record was first seen as it is now (client-go's observedTime)."""
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now_mono_s
+
+    def _expired(self, spec: dict, now_mono_s: float) -> bool:
+        """The holder has not renewed for leaseDurationSeconds of this replica's clock (a record without a
+        usable duration or renewTime has expired)."""
         duration_s = spec.get("leaseDurationSeconds")
-        if renewed_s is None or not isinstance(duration_s, (int, float)):
+        if parse_time_s(spec.get("renewTime")) is None or isinstance(duration_s, bool) \
+                or not isinstance(duration_s, (int, float)):
             return True
-        return renewed_s + duration_s < now_s
+        return self._observed_at + duration_s < now_mono_s
 
     def _timeout(self) -> float:
         return max(0.5, self.renew_every_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -76,3 +77,32 @@ def test_stopping_releases_the_lease_so_that_a_follower_takes_it_at_once(api, el
     one.stop(release=True)
     assert lease(api, ns).spec.holder_identity == ""
     wait_for("the follower to lead", two.is_leader, timeout_s=3)  # far sooner than the 30 s duration
+
+
+def test_expiry_is_judged_by_this_replicas_clock_not_by_the_holders_renew_time(api, electors, ns):
+    """As client-go: a holder whose clock runs a day behind still holds the Lease while it renews, and one whose
+    clock runs a day ahead loses it a lease duration after its last renewal was seen."""
+    leases = client.CoordinationV1Api(api)
+    day_s = 86400.0
+
+    def write(holder: str, renewed_s: float, create: bool = False) -> None:
+        stamp = datetime.datetime.fromtimestamp(renewed_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {"metadata": {"name": LEASE_NAME}, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 2,
+                                                           "renewTime": stamp, "acquireTime": stamp}}
+        if create:
+            leases.create_namespaced_lease(ns, body)
+        else:
+            leases.patch_namespaced_lease(LEASE_NAME, ns, body)
+
+    write("behind", time.time() - day_s, create=True)
+    follower = electors("follower", lease_duration_s=2.0).start()
+    deadline = time.monotonic() + 4.0  # twice the duration: a renewTime-based check would have taken it at once
+    while time.monotonic() < deadline:
+        write("behind", time.time() - day_s)  # a renewal, by a clock a day late
+        assert not follower.is_leader()
+        time.sleep(0.3)
+    write("ahead", time.time() + day_s)  # another holder, a day early; it then dies without renewing again
+    seen_s = time.monotonic()
+    wait_for("the follower to lead", follower.is_leader, timeout_s=8)
+    assert time.monotonic() - seen_s >= 2.0  # not before a lease duration of this replica's clock
+    assert lease(api, ns).spec.holder_identity == "follower"
