@@ -39,7 +39,7 @@ def control_plane(tmp_path_factory):
 @pytest.fixture(scope="session")
 def podgroup_crd(control_plane):
     """deploy/'s PodGroup CRD, installed once and Established."""
-    control_plane.apply_crd(Path(__file__).resolve().parents[1] / "deploy" / "podgroup-crd.yaml")
+    control_plane.apply_crd(Path(__file__).resolve().parents[1] / "deploy" / "crds" / "podgroup-crd.yaml")
 
 
 @pytest.fixture

@@ -268,7 +268,7 @@ class Bench:
                     f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}")
             except client.ApiException as error:
                 if error.status == 404:
-                    raise RuntimeError("the PodGroup CRD is not installed: kubectl apply -f deploy/podgroup-crd.yaml")
+                    raise RuntimeError("the PodGroup CRD is not installed: kubectl apply -k deploy/crds/")
                 raise
         self.say(f"creating namespace {self.namespace}, {self.nodes} nodes and the PodGroups")
         finish(self.core.create_namespace({"metadata": {"name": self.namespace, "labels": {BENCH_LABEL: self.run_id}}},

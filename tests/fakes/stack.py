@@ -79,7 +79,7 @@ class LoopbackStack:
             self.own_plane = True
         self.audit_from = self.plane.audit_lines()
         self.plane.ensure_namespace(self.namespace)
-        self.plane.apply_crd(Path(__file__).resolve().parents[2] / "deploy" / "podgroup-crd.yaml")
+        self.plane.apply_crd(Path(__file__).resolve().parents[2] / "deploy" / "crds" / "podgroup-crd.yaml")
         self.plane.start_kube_scheduler()  # the cluster's default scheduler, for runs with --scheduler default
         self.kubeconfig = self.plane.write_kubeconfig(self.workdir / "kubeconfig", namespace=self.namespace)
         self._add_nodes()
