@@ -322,6 +322,7 @@ EXPECTED_GRANTS = {
         | table(FUNCTIONS_NS, "", "pods/status", "patch")
         | table(FUNCTIONS_NS, "", "events", "create")
         | table(FUNCTIONS_NS, kube.PODGROUP_GROUP, kube.PODGROUP_PLURAL, "list watch")
+        | table(FUNCTIONS_NS, kube.PODGROUP_GROUP, f"{kube.PODGROUP_PLURAL}/status", "patch")
         | table(FUNCTIONS_NS, "coordination.k8s.io", "leases", "create")
         | table(FUNCTIONS_NS, "coordination.k8s.io", "leases", "get update", kube.LEASE_NAME)),
     f"{COACH_NS}/coach-controller": (
