@@ -34,6 +34,7 @@ from tests.fakes.s3 import LoopbackS3
 
 BUCKET = "coach-checkpoints"
 STOP_GRACE_S = 10.0
+RUN_STOP_GRACE_S = 30.0  # an interrupted `coach run` has this long to record it and release its functions
 LEASE_DURATION_S = 5  # a killed scheduler's successor waits at most this long for its Lease to expire
 
 
@@ -162,6 +163,23 @@ class LoopbackStack:
         self.stop()
 
 
+def _run_to_the_end(command: list[str], env: dict[str, str]) -> int:
+    """`coach run` to its end; on Ctrl-C or SIGTERM it is interrupted too (SIGINT, so that it records the
+    interruption and releases its functions) and waited for, then the interruption goes on."""
+    run = subprocess.Popen(command, env=env)
+    try:
+        return run.wait()
+    except KeyboardInterrupt:
+        if run.poll() is None:
+            run.send_signal(signal.SIGINT)
+            try:
+                run.wait(RUN_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+        raise
+
+
 def main(argv=None) -> int:
     from coach.files.cluster import load_cluster
 
@@ -184,7 +202,7 @@ def main(argv=None) -> int:
                        *stack.run_arguments()]
             if args.cluster:
                 command += ["--cluster", args.cluster]
-            code = subprocess.call(command, env={**os.environ, **stack.env})
+            code = _run_to_the_end(command, {**os.environ, **stack.env})
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
     except Exception as error:  # a part that did not come up: one line; what was up is stopped already
