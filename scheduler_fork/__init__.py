@@ -9,12 +9,17 @@ Bind plugins, chosen by a named profile:
 - "default": kube-scheduler's default behaviour (priority, least allocated, no gang), which can deadlock;
 - "gang-thesis": the thesis's fork without head of line, kept to show that it can deadlock.
 
+Nodes fit pods as they do for kube-scheduler (NodeUnschedulable, TaintToleration, NodeAffinity,
+NodeResourcesFit), with Coach's optional slot cap on top (NodeSlotsFit).
+
 No I/O, no clock, no sleeping: times are arguments, randomness is seeded. See README.md in this folder.
 """
 
+from scheduler_fork.constraints import Requirement, Taint, Term, Toleration
 from scheduler_fork.framework import CycleResult, Deadlock, Node, Pod, PodGroup, Profile
 from scheduler_fork.plugins import PLUGINS
 from scheduler_fork.profiles import PROFILES
 from scheduler_fork.scheduler import Scheduler
 
-__all__ = ["Pod", "Node", "PodGroup", "Profile", "Scheduler", "CycleResult", "Deadlock", "PROFILES", "PLUGINS"]
+__all__ = ["Pod", "Node", "PodGroup", "Profile", "Scheduler", "CycleResult", "Deadlock", "PROFILES", "PLUGINS",
+           "Taint", "Toleration", "Requirement", "Term"]

@@ -21,12 +21,18 @@ from typing import Any, Mapping, Protocol, Union, runtime_checkable
 
 from coach.domain.identity import QUORUM
 from coach.domain.identity import ROLES as _ROLES
+from scheduler_fork.constraints import Amounts, Labels, Taint, Term, Toleration, amounts, labels
 
 #: The MXNet parameter-server roles a Coach job is made of (one definition: coach.domain.identity).
 ROLES = tuple(role.value for role in _ROLES)
 
 #: A job needs one PS scheduler, at least one server and at least one worker to run at all.
 DEFAULT_MIN_MEMBER: Mapping[str, int] = MappingProxyType({role.value: need for role, need in QUORUM.items()})
+
+#: A known pod's status in the scheduler's state.
+PENDING = "pending"  # in the scheduling queue (active or backing off)
+RESERVED = "reserved"  # holds what it takes on a node, waiting at Permit (or about to bind)
+BOUND = "bound"  # placed
 
 #: kube-scheduler's pod backoff: initial 1 s, doubled on every failed attempt, at most 10 s.
 INITIAL_BACKOFF_S = 1.0
@@ -38,7 +44,11 @@ MAX_NODE_SCORE = 100
 
 @dataclass(frozen=True)
 class Pod:
-    """One function instance to place (kube: a Pod)."""
+    """One function instance to place (kube: a Pod), and what it asks of a node.
+
+    The placement fields default to asking nothing: no resources, no toleration, any node. A pod from another
+    scheduler, found bound, takes no slot (`slots=0`) but holds its requests.
+    """
 
     name: str  # unique among the pods a scheduler knows
     job: str  # the training job, i.e. the pod group, it belongs to
@@ -46,27 +56,63 @@ class Pod:
     seq: int  # arrival order of this pod (kube: the queue timestamp)
     job_seq: int  # creation order of the job = its first pod's arrival; the same for every pod of a job
     priority: int = 0  # higher goes first in the default profile's queue
-    slots: int = 1  # node slots the pod takes (Coach's functions take one)
+    slots: int = 1  # node slots the pod takes (Coach's functions take one; other schedulers' pods none)
+    requests: Amounts = ()  # resource -> amount it requests (cpu in millicores, memory in bytes); a mapping is accepted
+    tolerations: tuple[Toleration, ...] = ()  # the node taints it tolerates
+    node_selector: Labels = ()  # labels a node must carry (spec.nodeSelector); a mapping is accepted
+    node_affinity: tuple[Term, ...] | None = None  # required node affinity's terms, ORed; None: no requirement
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"pod name must be a non-empty string, got {self.name!r}")
         if self.role not in ROLES:
             raise ValueError(f"pod {self.name}: role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 1:
-            raise ValueError(f"pod {self.name}: slots must be an integer >= 1, got {self.slots!r}")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
+            raise ValueError(f"pod {self.name}: slots must be an integer >= 0, got {self.slots!r}")
+        if self.requests:
+            object.__setattr__(self, "requests", amounts(self.requests, f"pod {self.name} requests"))
+        if self.tolerations:
+            object.__setattr__(self, "tolerations", tuple(self.tolerations))
+            if not all(isinstance(t, Toleration) for t in self.tolerations):
+                raise ValueError(f"pod {self.name}: tolerations must be scheduler_fork Tolerations")
+        if self.node_selector:
+            object.__setattr__(self, "node_selector", labels(self.node_selector, f"pod {self.name} node selector"))
+        if self.node_affinity is not None:
+            object.__setattr__(self, "node_affinity", tuple(self.node_affinity))
+            if not all(isinstance(t, Term) for t in self.node_affinity):
+                raise ValueError(f"pod {self.name}: node_affinity must be scheduler_fork Terms")
+
+    @property
+    def demand(self) -> tuple:
+        """Everything about the pod that decides which nodes it fits (equal demands fit the same nodes)."""
+        return (self.slots, self.requests, self.tolerations, self.node_selector, self.node_affinity)
 
 
 @dataclass(frozen=True)
 class Node:
-    """A node and the pods it can hold at once (every Coach function takes one slot)."""
+    """A node and what it offers. Without `allocatable` its resources are unlimited; without `slots`, so are its
+    slots: `Node(name, slots)` is a node of that many slots and nothing else to fit."""
 
     name: str  # unique in the cluster
-    slots: int  # capacity in slots
+    slots: int | None = None  # at most this many slots of pods (the coach.io/slots cap); None: no cap
+    allocatable: Amounts | None = None  # resource -> amount (cpu in millicores, memory in bytes, pods); None: unlimited
+    labels: Labels = ()  # label key -> value; a mapping is accepted
+    taints: tuple[Taint, ...] = ()  # in the node's order (the first untolerated one is reported)
+    unschedulable: bool = False  # cordoned (spec.unschedulable)
 
     def __post_init__(self) -> None:
-        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or self.slots < 0:
-            raise ValueError(f"node {self.name}: slots must be an integer >= 0, got {self.slots!r}")
+        slots = self.slots
+        if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 0):
+            raise ValueError(f"node {self.name}: slots must be an integer >= 0 or None, got {self.slots!r}")
+        if self.allocatable is not None:
+            object.__setattr__(self, "allocatable", amounts(self.allocatable, f"node {self.name} allocatable"))
+        if self.labels:
+            object.__setattr__(self, "labels", labels(self.labels, f"node {self.name} labels"))
+        if self.taints:
+            object.__setattr__(self, "taints", tuple(self.taints))
+            if not all(isinstance(t, Taint) for t in self.taints):
+                raise ValueError(f"node {self.name}: taints must be scheduler_fork Taints")
+        object.__setattr__(self, "unschedulable", bool(self.unschedulable))
 
 
 @dataclass(frozen=True)
@@ -146,6 +192,9 @@ def default_group(job: str) -> PodGroup:
 
 #: PreFilter, Filter and Reserve plugins answer None (fits) or a short reason (unschedulable, kube's Status).
 Reason = Union[str, None]
+#: A Filter plugin may give several reasons for one node (kube's NodeResourcesFit: "Insufficient cpu" and
+#: "Insufficient memory"); each counts the node once in the pod's pending reason.
+FilterReason = Union[str, tuple[str, ...], None]
 
 
 @dataclass(frozen=True)
@@ -195,11 +244,15 @@ class PreFilterPlugin(Protocol):
 class FilterPlugin(Protocol):
     name: str
 
-    def filter(self, state: Any, pod: Pod, node: int) -> Reason:
-        """None when the pod fits node number `node`, else a node-independent reason ('fewer than 1 free slot').
+    def filter(self, state: Any, pod: Pod, node: int) -> FilterReason:
+        """None when the pod fits node number `node`, else kube's reason(s) for the node ('Insufficient cpu').
 
-        Optional fast path: `bucket_filter(state, pod, capacity, free) -> Reason`, when the answer depends only on
-        the node's capacity and free slots; the framework then judges whole buckets of nodes at once.
+        Optional fast path: `bucket_filter(state, pod, shape) -> FilterReason`, the same answer from the node's
+        `Shape` alone (its slots, its class, the resources its pods take: scheduler_fork.nodes); the framework then
+        judges whole buckets of nodes at once.
+
+        Optional: `skip(state, pod) -> bool`, True when the plugin passes every node in placement for this pod
+        (kube: a PreFilter that returns Skip), so that the framework does not ask it node by node.
         """
 
 
@@ -213,9 +266,8 @@ class ScorePlugin(Protocol):
     def normalize(self, scores: dict) -> dict:
         """NormalizeScore: map raw scores (any keys) onto 0..100; must depend only on the values.
 
-        Optional fast path: `bucket_score(state, pod, capacity, free) -> int` (the score of a node with this
-        capacity and free slots) and `node_overrides(state, pod) -> Mapping[int, int]` (the nodes whose score
-        differs from their bucket's).
+        Optional fast path: `bucket_score(state, pod, shape) -> int` (the score of a node of this `Shape`) and
+        `node_overrides(state, pod) -> Mapping[int, int]` (the nodes whose score differs from their bucket's).
         """
 
 
@@ -309,12 +361,16 @@ __all__ = [
     "INITIAL_BACKOFF_S",
     "MAX_BACKOFF_S",
     "MAX_NODE_SCORE",
+    "PENDING",
+    "RESERVED",
+    "BOUND",
     "Pod",
     "Node",
     "PodGroup",
     "default_group",
     "job_pods",
     "Reason",
+    "FilterReason",
     "Allow",
     "Wait",
     "Reject",

@@ -10,6 +10,10 @@ from scheduler_fork.framework import Profile
 
 _GANG_PRE_FILTER = ("PodGroupRoles", "HeadOfLine", "QuorumFirst")
 
+#: Whether a pod may go onto a node, in kube-scheduler's order (cordon, taints, node affinity, resources), then
+#: Coach's slot cap. Every profile uses them all: a node fits a pod as it would for kube-scheduler.
+NODE_FILTERS = ("NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodeResourcesFit", "NodeSlotsFit")
+
 #: Profile name -> Profile.
 PROFILES: dict[str, Profile] = {
     profile.name: profile
@@ -17,7 +21,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             name="default",
             queue_sort="PrioritySort",
-            filter=("NodeSlotsFit",),
+            filter=NODE_FILTERS,
             score=(("LeastAllocated", 1),),
             summary="kube-scheduler's defaults: priority then arrival, fit, least allocated, no gang",
         ),
@@ -25,7 +29,7 @@ PROFILES: dict[str, Profile] = {
             name="gang",
             queue_sort="JobCreationOrder",
             pre_filter=_GANG_PRE_FILTER,
-            filter=("NodeSlotsFit",),
+            filter=NODE_FILTERS,
             score=(("JobIsolation", 1),),
             summary="the thesis's gang-like FIFO: jobs in creation order, roles first, jobs apart; "
             "one job starts at a time",
@@ -34,7 +38,7 @@ PROFILES: dict[str, Profile] = {
             name="gang-strict",
             queue_sort="JobCreationOrder",
             pre_filter=_GANG_PRE_FILTER,
-            filter=("NodeSlotsFit",),
+            filter=NODE_FILTERS,
             score=(("JobIsolation", 1),),
             reserve=("Coscheduling",),
             permit=("Coscheduling",),
@@ -44,7 +48,7 @@ PROFILES: dict[str, Profile] = {
             name="gang-thesis",
             queue_sort="JobCreationOrder",
             pre_filter=("PodGroupRoles",),
-            filter=("NodeSlotsFit",),
+            filter=NODE_FILTERS,
             score=(("JobIsolation", 1),),
             summary="the thesis's fork exactly as it was, without head of line: can deadlock (kept to show it)",
         ),

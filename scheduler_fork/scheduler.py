@@ -9,13 +9,15 @@ One cycle, for the active pod with the smallest QueueSort key:
 
 1. PreFilter plugins, in profile order; the first reason makes the pod unschedulable.
 2. Filter + Score + NormalizeScore over the nodes, then the best node (seeded random among equals). Two ways:
-   - indexed (the default when every Filter and Score plugin offers a bucket form): nodes are grouped by
-     (capacity, free slots); a filter or score is computed once per group, plus the few nodes a score plugin
-     names as exceptions (JobIsolation: the nodes of the pod's own job). Exact over *all* nodes, at a cost that
-     does not grow with the number of nodes.
+   - indexed (the default when every Filter and Score plugin offers a bucket form): nodes are grouped by shape
+     (scheduler_fork.nodes: slot cap, free slots, class, what their pods request); a filter or score is computed
+     once per group, plus the few nodes a score plugin names as exceptions (JobIsolation: the nodes of the pod's
+     own job). Exact over *all* nodes, at a cost that grows with the number of shapes, not of nodes.
    - per node (kube's loop, for plugins without a bucket form): from a rotating start index, filter nodes until
      `feasible_nodes_to_find(n)` pass (kube's percentageOfNodesToScore), score those, pick the best.
-3. Reserve (the node's slots are taken) and the Reserve plugins.
+   When no node passes, the pod's reason is kube's FitError, counting nodes per cause ("0/5 nodes are available:
+   2 Insufficient cpu, 3 node(s) were unschedulable."); Filters that say they cannot fail (`skip`) are not asked.
+3. Reserve (the node's slots and resources are taken) and the Reserve plugins.
 4. Permit: Allow binds now (with the waiting pods the plugin names); Wait keeps the reservation until allowed
    or `timeout_s` later; Reject gives it back.
 5. Bind.
@@ -32,7 +34,9 @@ import heapq
 import random
 from typing import Iterable, Mapping, Sequence
 
+from scheduler_fork.fit import add_failure, filters_for, fit_error
 from scheduler_fork.framework import (
+    RESERVED,
     Allow,
     CycleResult,
     Deadlock,
@@ -47,7 +51,7 @@ from scheduler_fork.framework import (
 from scheduler_fork.plugins import PLUGINS
 from scheduler_fork.profiles import PROFILES
 from scheduler_fork.queue import SchedulingQueue
-from scheduler_fork.state import RESERVED, SchedulingState
+from scheduler_fork.state import SchedulingState
 
 #: kube-scheduler's sampling constants (pkg/scheduler/schedule_one.go).
 MIN_FEASIBLE_NODES_TO_FIND = 100
@@ -92,6 +96,7 @@ class Scheduler:
         self._sort = _resolve(profile.queue_sort, "key", "QueueSort")
         self._pre_filters = [_resolve(n, "pre_filter", "PreFilter") for n in profile.pre_filter]
         self._filters = [_resolve(n, "filter", "Filter") for n in profile.filter]
+        self._skips = [(f, getattr(f, "skip", None)) for f in self._filters]  # (plugin, its skip or None)
         self._scores = [(_resolve(n, "score", "Score"), weight) for n, weight in profile.score]
         self._reserves = [_resolve(n, "unreserve", "Reserve") for n in profile.reserve]
         self._permits = [_resolve(n, "permit", "Permit") for n in profile.permit]
@@ -100,7 +105,7 @@ class Scheduler:
         self.indexed: bool = bool(indexed) and all(hasattr(f, "bucket_filter") for f in self._filters) and all(
             hasattr(s, "bucket_score") for s, _ in self._scores
         )
-        self.state = SchedulingState(nodes, permit_timeout_s)  # read it, do not change it
+        self.state = SchedulingState(nodes, permit_timeout_s, self._filters)  # read it, do not change it
         self.queue = SchedulingQueue(self._sort.key)
         self.seed = seed
         self._rng = random.Random(seed)
@@ -132,18 +137,21 @@ class Scheduler:
     # ---- changes ---------------------------------------------------------------------------------------------
 
     def set_node(self, node: Node) -> None:
-        """Add a node, or change a known node's capacity and bring it (back) into placement; its pods stay."""
+        """Add a node, or change a known node (slots, resources, labels, taints, cordon) and bring it (back) into
+        placement; its pods stay."""
         self.state.set_node(node)
 
     def remove_node(self, name: str) -> None:
-        """Take a node out of placement (gone or unschedulable); its bound pods keep their slots until deleted."""
+        """Take a node out of placement (gone); its bound pods keep what they take until deleted. (A cordoned node
+        stays in placement: `Node.unschedulable` keeps pods off it, and counts it in the pending reasons.)"""
         self.state.remove_node(name)
 
     def restore(self, pods: Sequence[Pod], group: PodGroup | None, nodes: Mapping[str, str]) -> None:
         """Take in pods that are already bound (by an earlier life of the caller, or by someone else).
 
         `nodes` maps each pod to its node's name (a known node, in placement or not). The pods take their
-        nodes' slots as bound pods, even beyond a node's capacity: they are there whatever this scheduler thinks.
+        nodes' slots and resources as bound pods, even beyond a node's room: they are there whatever this scheduler
+        thinks. A pod of another scheduler is restored with `slots=0`: it holds its requests, not a Coach slot.
         """
         pods = list(pods)
         where = {}
@@ -245,24 +253,30 @@ class Scheduler:
         Deadlocked means all of:
         1. some pods are pending;
         2. no pod waits at Permit (a waiting pod is allowed or times out, and either is progress);
-        3. no pending pod can be placed now: each fails a PreFilter, or every node fails a Filter (backoff is
-           ignored: it only delays);
+        3. no pending pod can be placed now, nor once every pod of another scheduler (restored with no slot) has
+           gone: each fails a PreFilter, or every node fails a Filter (backoff is ignored: it only delays). A pod
+           that waits for room other schedulers' pods hold is waiting for them to end, not deadlocked, and its
+           reason says what it lacks;
         4. some pods are bound, and no job that holds bound pods has its quorum bound. A job whose quorum is
            bound can run (the controller runs it with the functions actually placed) and will free its slots.
+        Only jobs that need some pods to run count: pods restored with an empty quorum (another scheduler's
+        pods) neither make a deadlock nor break one.
         `now_s` is the time of the question; the answer does not depend on it (backoff is ignored).
         """
         state = self.state
         if self._waiting or not self._reasons or not self._bound:
             return None
-        for ledger in state.jobs.values():
+        jobs = [ledger for ledger in state.jobs.values() if ledger.quorum_pods > 0]
+        if not any(ledger.n_bound for ledger in jobs):
+            return None
+        for ledger in jobs:
             if ledger.n_bound and ledger.runnable:
                 return None
+        shapes = state.shapes_without_others()
         for name in self._reasons:
-            if self._placeable(state.pods[name]):
+            if self._placeable(state.pods[name], shapes):
                 return None
-        ledgers = sorted(
-            (led for led in state.jobs.values() if led.n_bound or led.n_pending), key=lambda led: (led.job_seq, led.job)
-        )
+        ledgers = sorted((led for led in jobs if led.n_bound or led.n_pending), key=lambda led: (led.job_seq, led.job))
         parts = []
         for led in ledgers:
             quorum = led.group.quorum_pods
@@ -273,19 +287,16 @@ class Scheduler:
         reason = f"{n} pending pod{'s' if n != 1 else ''} fit nowhere and no job can run: " + "; ".join(parts)
         return Deadlock(jobs=tuple(led.job for led in ledgers), reason=reason)
 
-    def _placeable(self, pod: Pod) -> bool:
+    def _placeable(self, pod: Pod, shapes) -> bool:
+        """`pod` passes every PreFilter, and every Filter on some node of `shapes` (shape -> nodes)."""
         state = self.state
         for plugin in self._pre_filters:
             if plugin.pre_filter(state, pod) is not None:
                 return False
+        filters = filters_for(state, self._filters, pod)
         if self.indexed:
-            for (cap, free) in state.bucket_keys:
-                if state.buckets[(cap, free)].items and all(
-                    f.bucket_filter(state, pod, cap, free) is None for f in self._filters
-                ):
-                    return True
-            return False
-        return any(all(f.filter(state, pod, i) is None for f in self._filters)
+            return any(all(f.bucket_filter(state, pod, shape) is None for f in filters) for shape in shapes)
+        return any(all(f.filter(state, pod, i) is None for f in filters)
                    for i in range(len(state.nodes)) if i not in state.off)
 
     # ---- one cycle -------------------------------------------------------------------------------------------
@@ -298,9 +309,10 @@ class Scheduler:
             if why is not None:
                 self._fail(pod, plugin.name, why, now_s)
                 return
-        node, failure = self._select_indexed(pod) if self.indexed else self._select_per_node(pod)
+        node, why = self._select_indexed(pod) if self.indexed else self._select_per_node(pod)
         if node is None:
-            self._fail(pod, failure[0], failure[1], now_s)
+            self._reasons[pod.name] = why  # kube's FitError, without a plugin's name: the causes are its words
+            self.queue.requeue(pod, now_s)
             return
         state.reserve(name, node)
         del self._reasons[name]
@@ -395,97 +407,88 @@ class Scheduler:
 
     # ---- node selection --------------------------------------------------------------------------------------
 
-    def _no_fit(self, failures: dict[tuple[str, str], int]) -> tuple[str, str]:
-        total = self.state.active_nodes
-        if not failures:
-            plugin = self._filters[0].name if self._filters else "Filter"
-            return plugin, f"0/{total} nodes are available"
-        plugins = []
-        for plugin, _ in failures:
-            if plugin not in plugins:
-                plugins.append(plugin)
-        detail = ", ".join(f"{count} with {why}" for (_, why), count in failures.items())
-        return "+".join(plugins), f"0/{total} nodes are available: {detail}"
+    def _no_fit(self, failures: dict[str, int]) -> str:
+        """Why no node fits: kube's '0/5 nodes are available: 2 Insufficient cpu, 3 node(s) were unschedulable.'"""
+        return fit_error(self.state.active_nodes, failures)
 
     def _select_indexed(self, pod: Pod):
-        """Exact Filter + Score over all nodes through the (capacity, free) buckets. See the module docstring."""
+        """Exact Filter + Score over all nodes through the buckets of nodes of one shape. See the module docstring."""
         state = self.state
         buckets = state.buckets
-        feasible: list[tuple[int, int]] = []
-        failures: dict[tuple[str, str], int] = {}
-        for key in state.bucket_keys:
-            bucket = buckets[key]
-            if not bucket.items:
-                continue
-            cap, free = key
-            for plugin in self._filters:
-                why = plugin.bucket_filter(state, pod, cap, free)
+        feasible: list = []  # the shapes of the buckets that pass every filter, in bucket order
+        sets: list = []  # their nodes
+        failures: dict[str, int] = {}
+        filters = [f for f, skip in self._skips if skip is None or not skip(state, pod)]
+        for shape in state.bucket_keys:
+            bucket = buckets[shape]
+            for plugin in filters:
+                why = plugin.bucket_filter(state, pod, shape)
                 if why is not None:
-                    failures[(plugin.name, why)] = failures.get((plugin.name, why), 0) + len(bucket.items)
+                    add_failure(failures, why, len(bucket.items))
                     break
             else:
-                feasible.append(key)
+                feasible.append(shape)
+                sets.append(bucket)
         if not feasible:
             return None, self._no_fit(failures)
 
         # Nodes a score plugin scores differently from their bucket, restricted to feasible buckets.
-        feasible_set = set(feasible)
         overrides = []
-        special: dict[int, tuple[int, int]] = {}  # node -> its bucket key
-        capacity, free_of = state.capacity, state.free
+        special: dict[int, int] = {}  # node -> the position of its bucket in `feasible`
+        position: dict | None = None
         for plugin, _ in self._scores:
             found = plugin.node_overrides(state, pod) if hasattr(plugin, "node_overrides") else {}
             overrides.append(found)
             for node in found:
                 if node not in special and node not in state.off:
-                    key = (capacity[node], free_of[node])
-                    if key in feasible_set:
-                        special[node] = key
-        excluded: dict[tuple[int, int], int] = {}
-        for key in special.values():
-            excluded[key] = excluded.get(key, 0) + 1
+                    if position is None:
+                        position = {shape: k for k, shape in enumerate(feasible)}
+                    k = position.get(state.shape[node])
+                    if k is not None:
+                        special[node] = k
+        excluded = [0] * len(feasible)
+        for k in special.values():
+            excluded[k] += 1
 
-        # Score classes: each feasible bucket without its special nodes, and each special node alone.
-        classes: list[tuple[object, int]] = []
-        for key in feasible:
-            count = len(buckets[key].items) - excluded.get(key, 0)
+        # Score classes: each feasible bucket without its special nodes, and each special node alone, as
+        # (bucket position, special node or -1, nodes in the class); scores are kept by class number.
+        classes: list[tuple[int, int, int]] = []
+        for k, bucket in enumerate(sets):
+            count = len(bucket.items) - excluded[k]
             if count:
-                classes.append((key, count))
-        for node in special:
-            classes.append((node, 1))
-        totals = dict.fromkeys((cid for cid, _ in classes), 0)
+                classes.append((k, -1, count))
+        for node, k in special.items():
+            classes.append((k, node, 1))
+        totals = [0] * len(classes)
         for (plugin, weight), found in zip(self._scores, overrides):
-            per_bucket: dict[tuple[int, int], int] = {}
+            per_bucket: dict[int, int] = {}
             raw = {}
-            for cid, _ in classes:
-                if type(cid) is tuple:
-                    key = cid
-                else:
-                    if cid in found:
-                        raw[cid] = found[cid]
-                        continue
-                    key = special[cid]
-                value = per_bucket.get(key)
+            for c, (k, node, _) in enumerate(classes):
+                if node >= 0 and node in found:
+                    raw[c] = found[node]
+                    continue
+                value = per_bucket.get(k)
                 if value is None:
-                    value = per_bucket[key] = plugin.bucket_score(state, pod, key[0], key[1])
-                raw[cid] = value
-            for cid, value in plugin.normalize(raw).items():
-                totals[cid] += weight * value
-        best = max(totals.values())
-        best_classes = [(cid, count) for cid, count in classes if totals[cid] == best]
-        how_many = sum(count for _, count in best_classes)
+                    value = per_bucket[k] = plugin.bucket_score(state, pod, feasible[k])
+                raw[c] = value
+            for c, value in plugin.normalize(raw).items():
+                totals[c] += weight * value
+        best = max(totals)
+        best_classes = [c for c, total in enumerate(totals) if total == best]
+        how_many = sum(classes[c][2] for c in best_classes)
         pick = self._rng.randrange(how_many) if how_many > 1 else 0
-        for cid, count in best_classes:
+        for c in best_classes:
+            k, node, count = classes[c]
             if pick >= count:
                 pick -= count
                 continue
-            if type(cid) is not tuple:
-                return cid, None
-            bucket = buckets[cid]
-            if excluded.get(cid):
-                skip = sorted(bucket.pos[node] for node, key in special.items() if key == cid)
-                for position in skip:
-                    if position <= pick:
+            if node >= 0:
+                return node, None
+            bucket = sets[k]
+            if excluded[k]:
+                skip = sorted(bucket.pos[n] for n, at in special.items() if at == k)
+                for where in skip:
+                    if where <= pick:
                         pick += 1
                     else:
                         break
@@ -500,7 +503,8 @@ class Scheduler:
             return None, self._no_fit({})
         want = feasible_nodes_to_find(state.active_nodes)
         feasible: list[int] = []
-        failures: dict[tuple[str, str], int] = {}
+        failures: dict[str, int] = {}
+        filters = filters_for(state, self._filters, pod)
         start = self._next_start
         visited = 0
         for offset in range(total):
@@ -508,10 +512,10 @@ class Scheduler:
             visited += 1
             if node in state.off:
                 continue
-            for plugin in self._filters:
+            for plugin in filters:
                 why = plugin.filter(state, pod, node)
                 if why is not None:
-                    failures[(plugin.name, why)] = failures.get((plugin.name, why), 0) + 1
+                    add_failure(failures, why, 1)
                     break
             else:
                 feasible.append(node)

@@ -1,18 +1,21 @@
-"""What the plugins read: nodes with their free slots and jobs, pods by status, and one ledger per job.
+"""What the plugins read: the nodes (scheduler_fork.nodes), pods by status, and one ledger per job.
 
 `SchedulingState` is the scheduler's cache (kube: the scheduler cache and snapshot, plus the coscheduling
 plugin's PodGroup bookkeeping). It is plain data kept up to date incrementally, so that no extension point has
 to walk every node or every pod:
 
-- per node: capacity, free slots, and how many pods of each job it holds (bound or reserved);
-- *buckets*: the nodes grouped by (capacity, free slots). Filter and Score plugins whose answer depends only on
-  those two numbers judge a whole bucket at once; a cluster of 7,500 identical nodes has at most five buckets;
-- per job (`JobLedger`): its PodGroup, how many pods of each role it has pending, reserved and bound;
+- per node (`NodeTable`): slot cap and free slots, class (allocatable, taints, cordon, the labels pods read), the
+  resources its pods request, and how many slot-taking pods of each job it holds; the nodes in *buckets* of one
+  shape, which Filter and Score plugins judge at once;
+- per job (`JobLedger`): its PodGroup, how many pods of each role it has pending, reserved and bound, and
+  whether its quorum fits the cluster, emptied of pods, all at once (`fit.place_at_once`);
 - the jobs the head-of-line rule looks at: *open* jobs (started and still placing pods) and *ready* jobs
-  (not started, quorum present, pods pending) ordered by job creation.
+  (not started, quorum present and fitting, pods pending) ordered by job creation.
 
-Nodes may join, change capacity or leave placement (`set_node`, `remove_node`) while pods are known: a node out
-of placement is in no bucket and counts toward no total, and the pods bound there keep their slots until deleted.
+Nodes may join, change or leave placement (`set_node`, `remove_node`) while pods are known: a node out of
+placement is in no bucket and counts toward no total, and the pods bound there keep what they take until deleted.
+Pods of other schedulers, found bound, take no slot (`Pod.slots == 0`) and count only toward their node's
+resources.
 
 Only `scheduler_fork.scheduler.Scheduler` changes a state (through the methods below); plugins only read it.
 Side effects: none (no I/O, no clock, no randomness).
@@ -21,49 +24,17 @@ Side effects: none (no I/O, no clock, no randomness).
 from __future__ import annotations
 
 import heapq
-from bisect import insort
-from typing import Iterable, Iterator, Sequence
+from typing import Sequence
 
-from scheduler_fork.framework import ROLES, Node, Pod, PodGroup, default_group
+from scheduler_fork.constraints import PODS
+from scheduler_fork.fit import place_at_once, quorum_members
+from scheduler_fork.framework import BOUND, PENDING, RESERVED, ROLES, Node, Pod, PodGroup, default_group
+from scheduler_fork.nodes import IndexedSet, NodeTable
+from scheduler_fork.plugins import PLUGINS
+from scheduler_fork.profiles import NODE_FILTERS
 
-PENDING = "pending"  # in the scheduling queue (active or backing off)
-RESERVED = "reserved"  # holds a node's slots, waiting at Permit (or about to bind)
-BOUND = "bound"  # placed
 
-
-class IndexedSet:
-    """A set of ints with O(1) add, discard and access by position (for a uniform seeded pick)."""
-
-    __slots__ = ("items", "pos")
-
-    def __init__(self, items: Iterable[int] = ()) -> None:
-        self.items: list[int] = []
-        self.pos: dict[int, int] = {}
-        for item in items:
-            self.add(item)
-
-    def add(self, item: int) -> None:
-        if item not in self.pos:
-            self.pos[item] = len(self.items)
-            self.items.append(item)
-
-    def discard(self, item: int) -> None:
-        at = self.pos.pop(item, None)
-        if at is None:
-            return
-        last = self.items.pop()
-        if last != item:
-            self.items[at] = last
-            self.pos[last] = at
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.pos
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.items)
+_UNKNOWN = object()
 
 
 class JobLedger:
@@ -71,7 +42,8 @@ class JobLedger:
 
     __slots__ = (
         "job", "job_seq", "group", "present", "reserved", "bound",
-        "n_pending", "n_reserved", "n_bound", "names", "reserved_names", "eligible",
+        "n_pending", "n_reserved", "n_bound", "names", "reserved_names", "eligible", "misfit", "fit_stale",
+        "fit_version", "quorum_present", "quorum_pods",
     )
 
     def __init__(self, job: str, job_seq: int, group: PodGroup) -> None:
@@ -86,7 +58,12 @@ class JobLedger:
         self.n_bound = 0  # pods bound
         self.names: set[str] = set()  # every pod of the job
         self.reserved_names: set[str] = set()  # its reserved pods
-        self.eligible = False  # quorum present and no larger than the cluster (see SchedulingState._touch)
+        self.eligible = False  # quorum present and fitting the empty cluster at once (see SchedulingState._touch)
+        self.misfit: str | None = None  # why its quorum does not fit the empty cluster ("pod: 0/2 nodes ..."), if not
+        self.fit_stale = True  # its pods or group changed since `misfit` (and the two below) were worked out
+        self.quorum_present = False  # its known pods meet the quorum (group.met(present))
+        self.quorum_pods = group.quorum_pods  # how many pods its quorum takes
+        self.fit_version = -1  # the nodes' fit_version when it was
 
     def held(self) -> dict[str, int]:
         """Role -> pods holding slots (reserved or bound)."""
@@ -107,51 +84,29 @@ class JobLedger:
                 f"reserved={self.n_reserved}, bound={self.n_bound})")
 
 
-class SchedulingState:
+class SchedulingState(NodeTable):
     """The cluster and the pods as the scheduler sees them; see the module docstring."""
 
-    def __init__(self, nodes: Sequence[Node], permit_timeout_s: float = 30.0) -> None:
-        nodes = tuple(nodes)
-        seen: set[str] = set()
-        for node in nodes:
-            if not isinstance(node, Node):
-                raise TypeError(f"nodes must be scheduler_fork.Node, got {type(node).__name__}")
-            if node.name in seen:
-                raise ValueError(f"duplicate node name {node.name!r}")
-            seen.add(node.name)
+    def __init__(self, nodes: Sequence[Node], permit_timeout_s: float = 30.0, filters: Sequence | None = None) -> None:
+        super().__init__(tuple(nodes))
         if permit_timeout_s <= 0:
             raise ValueError(f"permit_timeout_s must be > 0, got {permit_timeout_s}")
-        self.nodes: list[Node] = list(nodes)  # in the order given, then in the order added
-        self.off: set[int] = set()  # nodes out of placement (removed); their pods keep their slots until deleted
-        self.node_index: dict[str, int] = {node.name: i for i, node in enumerate(nodes)}  # name -> number
-        self.capacity: list[int] = [node.slots for node in nodes]  # node -> slots
-        self.free: list[int] = list(self.capacity)  # node -> free slots
-        self.jobs_on: list[dict[str, int]] = [{} for _ in nodes]  # node -> job -> its pods there
-        self.buckets: dict[tuple[int, int], IndexedSet] = {}  # (capacity, free) -> nodes
-        self.bucket_keys: list[tuple[int, int]] = []  # the buckets' keys, sorted
-        for i, slots in enumerate(self.capacity):
-            self._bucket((slots, slots)).add(i)
-        self.total_slots: int = sum(self.capacity)  # cluster capacity
-        self.total_free: int = self.total_slots  # free slots in the cluster
+        #: The Filter plugins that say whether a pod fits a node (the profile's; by default every node filter).
+        self.filters: tuple = tuple(filters) if filters is not None else tuple(PLUGINS[n] for n in NODE_FILTERS)
         self.permit_timeout_s: float = float(permit_timeout_s)  # how long a pod may wait at Permit
         self.pods: dict[str, Pod] = {}  # every known pod
         self.status: dict[str, str] = {}  # pod -> PENDING, RESERVED or BOUND
         self.node_of: dict[str, int] = {}  # reserved or bound pod -> node number
         self.jobs: dict[str, JobLedger] = {}  # job -> ledger
-        self.job_nodes: dict[str, dict[int, int]] = {}  # job -> node -> its pods there
+        self.job_nodes: dict[str, dict[int, int]] = {}  # job -> node -> its slot-taking pods there
         self.open_jobs: dict[str, int] = {}  # started, eligible jobs with pods pending or reserved -> job_seq
+        self.unplaced_jobs: set[str] = set()  # jobs with pods pending or reserved (the ones eligibility matters for)
         self._ready: set[str] = set()  # not started, eligible jobs with pods pending
         self._ready_heap: list[tuple[int, str]] = []  # (job_seq, job), lazily cleaned
+        self._fits: dict[tuple, object] = {}  # the demands of a quorum -> its Misfit on the empty cluster, or None
+        self._fits_version = self.fit_version  # the nodes' fit_version `_fits` holds for
 
     # ---- queries for plugins ---------------------------------------------------------------------------------
-
-    def node_name(self, node: int) -> str:
-        return self.nodes[node].name
-
-    @property
-    def active_nodes(self) -> int:
-        """How many nodes are in placement."""
-        return len(self.nodes) - len(self.off)
 
     def first_open_job(self) -> str | None:
         """The earliest job that has started placing pods and still has pods to place (None if there is none)."""
@@ -160,7 +115,7 @@ class SchedulingState:
         return min(self.open_jobs.items(), key=lambda item: (item[1], item[0]))[0]
 
     def first_ready_job(self) -> str | None:
-        """The earliest job not started yet whose quorum is present and that has pods pending."""
+        """The earliest job not started yet whose quorum is present and fits, and that has pods pending."""
         heap = self._ready_heap
         while heap:
             job_seq, job = heap[0]
@@ -172,54 +127,22 @@ class SchedulingState:
     # ---- changes (called by the Scheduler only) --------------------------------------------------------------
 
     def set_node(self, node: Node) -> None:
-        """Add a node, or give a known one a new capacity and bring it (back) into placement.
-
-        Its pods keep their slots: free = capacity - slots they take, which may be below zero when the capacity
-        shrinks under them (then nothing more fits there).
-        """
-        if not isinstance(node, Node):
-            raise TypeError(f"nodes must be scheduler_fork.Node, got {type(node).__name__}")
-        i = self.node_index.get(node.name)
-        if i is None:
-            i = len(self.nodes)
-            self.nodes.append(node)
-            self.node_index[node.name] = i
-            self.capacity.append(node.slots)
-            self.free.append(node.slots)
-            self.jobs_on.append({})
-            self.off.add(i)
-        self._leave(i)
-        used = self.capacity[i] - self.free[i]
-        self.nodes[i] = node
-        self.capacity[i] = node.slots
-        self.free[i] = node.slots - used
-        self.off.discard(i)
-        self._bucket((node.slots, self.free[i])).add(i)
-        self.total_slots += node.slots
-        self.total_free += self.free[i]
+        """Add a node, or change a known one, and bring it (back) into placement (see NodeTable.set_node)."""
+        super().set_node(node)
         self._touch_all()
 
     def remove_node(self, name: str) -> None:
-        """Take a node out of placement (gone, or unschedulable); unknown names are ignored."""
+        """Take a node out of placement (gone); unknown names are ignored."""
         i = self.node_index.get(name)
         if i is None or i in self.off:
             return
-        self._leave(i)
-        self.off.add(i)
+        super().remove_node(name)
         self._touch_all()
 
-    def _leave(self, i: int) -> None:
-        """Take node `i` out of its bucket and the totals (nothing when it is out of placement already)."""
-        if i in self.off:
-            return
-        self.buckets[(self.capacity[i], self.free[i])].discard(i)
-        self.total_slots -= self.capacity[i]
-        self.total_free -= self.free[i]
-
     def _touch_all(self) -> None:
-        """The cluster's size changed: every job's eligibility may have."""
-        for ledger in self.jobs.values():
-            self._touch(ledger)
+        """The nodes changed: every job still placing pods may have become (in)eligible."""
+        for job in list(self.unplaced_jobs):
+            self._touch(self.jobs[job])
 
     def add(self, pod: Pod, group: PodGroup | None = None) -> None:
         """A new pending pod; `group` (if given) becomes its job's group."""
@@ -234,9 +157,11 @@ class SchedulingState:
             ledger.group = group
         self.pods[pod.name] = pod
         self.status[pod.name] = PENDING
+        self.watch_selectors(pod, 1)
         ledger.names.add(pod.name)
         ledger.present[pod.role] += 1
         ledger.n_pending += 1
+        ledger.fit_stale = True
         self._touch(ledger)
 
     def reserve(self, name: str, node: int, force: bool = False) -> None:
@@ -264,7 +189,7 @@ class SchedulingState:
         self._touch(ledger)
 
     def unreserve(self, name: str) -> None:
-        """RESERVED -> PENDING: the node's slots are given back."""
+        """RESERVED -> PENDING: what the pod took on its node is given back."""
         pod = self.pods[name]
         self._expect(name, RESERVED)
         self._give(self.node_of.pop(name), pod)
@@ -282,7 +207,7 @@ class SchedulingState:
         return ledger
 
     def remove(self, name: str) -> None:
-        """Forget a pod in any status, giving back its slots; a job with no pods left is forgotten too."""
+        """Forget a pod in any status, giving back what it took; a job with no pods left is forgotten too."""
         pod = self.pods.pop(name)
         status = self.status.pop(name)
         ledger = self.jobs[pod.job]
@@ -299,12 +224,21 @@ class SchedulingState:
             ledger.bound[pod.role] -= 1
         ledger.present[pod.role] -= 1
         ledger.names.discard(name)
+        self.watch_selectors(pod, -1)
         if ledger.names:
+            ledger.fit_stale = True
             self._touch(ledger)
         else:
             del self.jobs[pod.job]
             self.open_jobs.pop(pod.job, None)
+            self.unplaced_jobs.discard(pod.job)
             self._ready.discard(pod.job)
+
+    def set_group(self, job: str, group: PodGroup) -> None:
+        ledger = self.jobs[job]
+        ledger.group = group
+        ledger.fit_stale = True
+        self._touch(ledger)
 
     # ---- internals -------------------------------------------------------------------------------------------
 
@@ -312,36 +246,24 @@ class SchedulingState:
         if self.status.get(name) != status:
             raise ValueError(f"pod {name} is {self.status.get(name, 'unknown')}, not {status}")
 
-    def _bucket(self, key: tuple[int, int]) -> IndexedSet:
-        bucket = self.buckets.get(key)
-        if bucket is None:
-            bucket = self.buckets[key] = IndexedSet()
-            insort(self.bucket_keys, key)
-        return bucket
-
     def _take(self, node: int, pod: Pod, force: bool = False) -> None:
-        cap, free = self.capacity[node], self.free[node]
-        if pod.slots > free and not force:
-            raise ValueError(f"node {self.node_name(node)} has {free} free slots, pod {pod.name} takes {pod.slots}")
-        self.free[node] = free - pod.slots
-        if node not in self.off:
-            self.buckets[(cap, free)].discard(node)
-            self._bucket((cap, free - pod.slots)).add(node)
-            self.total_free -= pod.slots
-        on = self.jobs_on[node]
-        on[pod.job] = on.get(pod.job, 0) + 1
-        where = self.job_nodes.get(pod.job)
-        if where is None:
-            where = self.job_nodes[pod.job] = {}
-        where[node] = where.get(node, 0) + 1
+        if not force:
+            why = self.room_for(node, pod)
+            if why is not None:
+                raise ValueError(why)
+        self.take(node, pod)
+        if pod.slots:
+            on = self.jobs_on[node]
+            on[pod.job] = on.get(pod.job, 0) + 1
+            where = self.job_nodes.get(pod.job)
+            if where is None:
+                where = self.job_nodes[pod.job] = {}
+            where[node] = where.get(node, 0) + 1
 
     def _give(self, node: int, pod: Pod) -> None:
-        cap, free = self.capacity[node], self.free[node]
-        self.free[node] = free + pod.slots
-        if node not in self.off:
-            self.buckets[(cap, free)].discard(node)
-            self._bucket((cap, free + pod.slots)).add(node)
-            self.total_free += pod.slots
+        self.give(node, pod)
+        if not pod.slots:
+            return
         on = self.jobs_on[node]
         if on[pod.job] == 1:
             del on[pod.job]
@@ -356,11 +278,27 @@ class SchedulingState:
             where[node] -= 1
 
     def _touch(self, ledger: JobLedger) -> None:
-        """Recompute the job's eligibility and its place among open and ready jobs."""
-        group = ledger.group
-        ledger.eligible = group.met(ledger.present) and group.quorum_pods <= self.total_slots
+        """Recompute the job's eligibility and its place among open and ready jobs.
+
+        Eligible: its quorum is present, and fits the cluster's nodes in placement, emptied of pods, all at once
+        (worked out again only when its pods, its group or the nodes changed)."""
+        if ledger.fit_stale:
+            group = ledger.group
+            ledger.quorum_present = group.met(ledger.present)
+            ledger.quorum_pods = group.quorum_pods
+        present = ledger.quorum_present
+        if present and (ledger.fit_stale or ledger.fit_version != self.fit_version):
+            ledger.misfit = self._misfit(ledger)
+            ledger.fit_version = self.fit_version
+        ledger.fit_stale = False
+        ledger.eligible = (present and not (self.uncapped == 0 and ledger.quorum_pods > self.total_slots)
+                           and ledger.misfit is None)
         job = ledger.job
         started = ledger.n_bound + ledger.n_reserved > 0
+        if ledger.n_pending + ledger.n_reserved > 0:
+            self.unplaced_jobs.add(job)
+        else:
+            self.unplaced_jobs.discard(job)
         if started and ledger.eligible and ledger.n_pending + ledger.n_reserved > 0:
             self.open_jobs[job] = ledger.job_seq
         else:
@@ -372,31 +310,50 @@ class SchedulingState:
         else:
             self._ready.discard(job)
 
-    def set_group(self, job: str, group: PodGroup) -> None:
-        ledger = self.jobs[job]
-        ledger.group = group
-        self._touch(ledger)
+    def _misfit(self, ledger: JobLedger) -> str | None:
+        """None when the job's quorum fits the empty nodes in placement at once, else which pod does not and why."""
+        members = quorum_members(ledger.group, [self.pods[name] for name in sorted(ledger.names)], {})
+        if not members:
+            return None
+        if self._fits_version != self.fit_version:
+            self._fits.clear()
+            self._fits_version = self.fit_version
+        demands = tuple(pod.demand for pod in members)
+        found = self._fits.get(demands, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._fits[demands] = place_at_once(self, self.filters, members, self.empty_shapes())
+        return None if found is None else f"{members[found.pod].name}: {found.message()}"
 
     def check(self, overcommit: bool = False) -> None:
         """Recount everything from the pods and compare with the incremental indexes (for tests).
 
-        `overcommit`: allow nodes with fewer than zero free slots (pods found bound beyond a node's capacity)."""
-        free = list(self.capacity)
+        `overcommit`: allow nodes whose pods take more than they have (pods found bound beyond a node's room)."""
+        slots_used = [0] * len(self.nodes)
+        used: list[dict[str, int]] = [{} for _ in self.nodes]
         jobs_on: list[dict[str, int]] = [{} for _ in self.nodes]
+        others: dict[int, dict[str, int]] = {}
         for name, status in self.status.items():
             if status != PENDING:
                 node, pod = self.node_of[name], self.pods[name]
-                free[node] -= pod.slots
-                jobs_on[node][pod.job] = jobs_on[node].get(pod.job, 0) + 1
-        assert free == self.free, (free, self.free)
-        assert overcommit or all(f >= 0 for f in free), free
+                slots_used[node] += pod.slots
+                for resource, amount in ((PODS, 1),) + pod.requests:
+                    used[node][resource] = used[node].get(resource, 0) + amount
+                    if not pod.slots:
+                        theirs = others.setdefault(node, {})
+                        theirs[resource] = theirs.get(resource, 0) + amount
+                if pod.slots:
+                    jobs_on[node][pod.job] = jobs_on[node].get(pod.job, 0) + 1
+        assert slots_used == self.slots_used, (slots_used, self.slots_used)
+        assert used == self.used, (used, self.used)
+        assert others == self.others_used, (others, self.others_used)
         assert jobs_on == self.jobs_on
-        active = [i for i in range(len(self.nodes)) if i not in self.off]
-        assert self.total_free == sum(free[i] for i in active)
-        assert self.total_slots == sum(self.capacity[i] for i in active)
-        for (cap, fr), bucket in self.buckets.items():
-            for node in bucket:
-                assert node not in self.off
-                assert (self.capacity[node], self.free[node]) == (cap, fr)
-        assert sum(len(b) for b in self.buckets.values()) == len(active)
+        if not overcommit:
+            for i in range(len(self.nodes)):
+                assert self.shape[i].free >= 0, (i, self.shape[i])
+                allocatable = self.node_class[i].allocatable
+                if allocatable is not None:
+                    assert all(amount <= allocatable.get(r, 0) for r, amount in used[i].items()), (i, used[i])
+        self.check_nodes()
 
+
+__all__ = ["PENDING", "RESERVED", "BOUND", "IndexedSet", "JobLedger", "SchedulingState"]

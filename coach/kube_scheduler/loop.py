@@ -7,6 +7,10 @@ The parts, each in its own module and thread, meet in one queue that a single lo
     LeaseElector (the Lease)                      --leader changed---/              |
                                                                         binds, Events, conditions, /metrics
 
+The pods informer watches every pod of the cluster that has not terminated, as kube-scheduler's does: the pods
+whose schedulerName is Coach's (in the configured namespace) are Coach's to place, and every other bound pod
+holds its requests on its node (`Mirror.apply_other`), whichever scheduler bound it.
+
 The loop applies everything queued, then, if this replica is the leader and every informer has listed once,
 runs one scheduling pass at the wall clock's `now_s` (scheduler_fork itself never reads a clock), hands the
 bindings to the binder and the pending reasons to the Event poster. A follower keeps its mirror up to date
@@ -27,20 +31,23 @@ from typing import Callable
 
 from kubernetes import client
 
-from coach.domain.kube import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, SCHEDULER_NAME
+from coach.domain.kube import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION
 from coach.kube_scheduler.bind_process import ProcessBinder
 from coach.kube_scheduler.binder import BOUND, CONFLICT, FAILED, GONE, NOT_LEADER, BindOutcome, Binder
 from coach.kube_scheduler.events import EventPoster, PodRef, ReasonTracker
+from coach.kube_scheduler.group_status import GroupStatusWriter, group_status
 from coach.kube_scheduler.leader import LeaseElector
 from coach.kube_scheduler.metrics import Metrics, MetricsServer
-from coach.kube_scheduler.mirror import Mirror
-from coach.kube_scheduler.objects import group_info, node_info, pod_info
+from coach.kube_scheduler.mirror import QUORUM_PODS, Mirror
+from coach.kube_scheduler.objects import coachs, group_info, node_info, pod_info
 from coach.kube_scheduler.watch import Change, Informer, Replace
 
 log = logging.getLogger(__name__)
 
 #: How often the loop runs a pass while pods are pending (their backoffs expire in passed-in time).
 PENDING_TICK_S = 0.1
+#: How often the leader recomputes its PodGroups' status (written only where it changed).
+GROUP_STATUS_EVERY_S = 1.0
 #: How often it runs one otherwise (to notice a lost leadership, a Permit deadline).
 IDLE_TICK_S = 1.0
 #: Where bindings are sent from: threads of the scheduler's process, or threads of a child process (see
@@ -48,6 +55,9 @@ IDLE_TICK_S = 1.0
 BINDERS = {"threads": Binder, "process": ProcessBinder}
 #: Bindings and conflicts remembered for inspection (tests, the benchmark); older ones are forgotten.
 RECORDED = 100_000
+#: The pods the scheduler watches: every pod that has not terminated (kube-scheduler's own selector); a pod that
+#: terminates leaves the watch as DELETED, and what it held on its node is free.
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,8 @@ class KubeScheduler:
                                      on_change=self._leadership_changed)
         self._binder = BINDERS[config.binder](api, self._elector.leads_until_s, self._queue.put,
                                               threads=config.bind_threads)
+        self._group_status = GroupStatusWriter(api)
+        self._group_status_at_s = 0.0
         self._poster = EventPoster(api, self.identity, on_drop=self.metrics.events_dropped.inc,
                                    busy=self._binder.busy)
         self._informers = self._make_informers(api)
@@ -107,13 +119,11 @@ class KubeScheduler:
 
     def _make_informers(self, api: client.ApiClient) -> list[Informer]:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        selector = f"spec.schedulerName={SCHEDULER_NAME}"
         ns = self.config.namespace
+        pods = partial(core.list_pod_for_all_namespaces, field_selector=LIVE_PODS)  # every node's pods count
         if ns is None:
-            pods = partial(core.list_pod_for_all_namespaces, field_selector=selector)
             groups = partial(custom.list_cluster_custom_object, PODGROUP_GROUP, PODGROUP_VERSION, PODGROUP_PLURAL)
         else:
-            pods = partial(core.list_namespaced_pod, ns, field_selector=selector)
             groups = partial(custom.list_namespaced_custom_object, PODGROUP_GROUP, PODGROUP_VERSION, ns,
                              PODGROUP_PLURAL)
         relisted = lambda kind: self.metrics.relists.labels(resource=kind).inc()  # noqa: E731
@@ -135,6 +145,7 @@ class KubeScheduler:
         self._server.start()
         self._binder.start()
         self._poster.start()
+        self._group_status.start()
         for informer in self._informers:
             informer.start()
         self._thread.start()
@@ -187,6 +198,7 @@ class KubeScheduler:
         self.metrics.is_leader.set(0)
         self._drain_outcomes()
         self._poster.stop()
+        self._group_status.stop()
         for informer in self._informers:
             informer.stop()
         self._server.stop()
@@ -237,10 +249,11 @@ class KubeScheduler:
         if isinstance(item, Change):
             if item.kind == "pods":
                 pod = pod_info(item.obj)
+                ours = coachs(pod, self.config.namespace)
                 if item.type == "DELETED":
-                    mirror.delete_pod(pod.key)
+                    (mirror.delete_pod if ours else mirror.delete_other)(pod.key)
                 else:
-                    mirror.apply_pod(pod)
+                    (mirror.apply_pod if ours else mirror.apply_other)(pod)
             elif item.kind == "nodes":
                 node = node_info(item.obj)
                 if item.type == "DELETED":
@@ -254,7 +267,10 @@ class KubeScheduler:
                 mirror.apply_group(group_info(item.obj))
         elif isinstance(item, Replace):
             if item.kind == "pods":
-                mirror.replace_pods(pod_info(obj) for obj in item.items)
+                pods = [pod_info(obj) for obj in item.items]
+                ns = self.config.namespace
+                mirror.replace_pods(pod for pod in pods if coachs(pod, ns))
+                mirror.replace_others(pod for pod in pods if not coachs(pod, ns))
             elif item.kind == "nodes":
                 nodes = [node_info(obj) for obj in item.items]
                 for node in nodes:
@@ -268,7 +284,7 @@ class KubeScheduler:
     def _warn_node(self, node) -> None:
         old = self.mirror.nodes.get(node.name)
         if node.problem and (old is None or old.problem != node.problem):
-            log.warning("node %s: %s; using status.allocatable.pods = %d", node.name, node.problem, node.slots)
+            log.warning("node %s: %s", node.name, node.problem)
 
     def _outcome(self, outcome: BindOutcome, now_s: float) -> None:
         pod, mirror, metrics = outcome.pod, self.mirror, self.metrics
@@ -297,6 +313,13 @@ class KubeScheduler:
         elif outcome.result == NOT_LEADER:
             mirror.bind_failed(pod.key, None, "")
 
+    def _write_group_status(self) -> None:
+        mirror = self.mirror
+        self._group_status.update({
+            key: group_status(group, (mirror.pods[k] for k in mirror.members.get(key, ()) if k in mirror.pods),
+                              QUORUM_PODS)
+            for key, group in mirror.groups.items()})
+
     def _pass(self, now_s: float) -> None:
         if not all(informer.synced.is_set() for informer in self._informers):
             return
@@ -317,6 +340,9 @@ class KubeScheduler:
                 pod = mirror.pods.get(key)
                 if pod is not None:
                     self._poster.warning(PodRef(pod.namespace, pod.name, pod.uid), "PodGroupMismatch", message)
+            if now_s >= self._group_status_at_s + GROUP_STATUS_EVERY_S:
+                self._group_status_at_s = now_s
+                self._write_group_status()
         mirror.warnings.clear()
         counts = mirror.counts()
         self.metrics.pods_pending.set(counts.pending)

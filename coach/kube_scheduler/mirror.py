@@ -2,8 +2,13 @@
 
 The watch reports nodes, pods and PodGroups as they change (or whole lists after a relist); `Mirror` turns
 each change into scheduler_fork calls, so that scheduler_fork always holds:
-- every node in placement (schedulable, with its slots), and the unschedulable or deleted ones out of it;
-- every pod bound in the apiserver as bound on its node (`restore`), whoever bound it and whenever;
+- every node in placement with what kube-scheduler's filters read (allocatable resources, labels, taints,
+  cordon) and Coach's slot cap (the coach.io/slots label, if any); deleted nodes out of placement;
+- every pod bound in the apiserver as bound on its node (`restore`), whoever bound it and whenever, holding its
+  requests there: Coach's pods (those whose schedulerName is Coach's) and everyone else's ("others", from
+  `apply_other`), which take no Coach slot (but Coach's functions of another namespace do). A terminated pod
+  (Succeeded, Failed) holds nothing; a pod being deleted holds its node until it is gone, as kube-scheduler
+  counts them;
 - every pending pod that carries a function's labels and whose PodGroup exists, as pending;
 - the pods this scheduler has decided but whose binding the apiserver has not shown yet, as bound ("assumed",
   kube-scheduler's assume cache): a relist that still shows them pending does not submit them again, so
@@ -19,8 +24,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from coach.domain.identity import QUORUM
+from coach.domain.kube import SCHEDULER_NAME
 from coach.kube_scheduler.objects import GroupInfo, NodeInfo, PodInfo
 from scheduler_fork import Node, Pod, PodGroup, Scheduler
+
+#: The scheduler_fork PodGroup of a pod that is not one of Coach's functions: a job of its own needing nothing.
+NO_QUORUM: dict[str, int] = {}
 
 #: scheduler_fork's per-role quorum of every Coach job, and the PodGroup spec.minMember that matches it.
 QUORUM_BY_ROLE = {role.value: need for role, need in QUORUM.items()}
@@ -62,10 +71,11 @@ class Mirror:
         self._gate = "PodGroupRoles" in self.fork.profile.pre_filter  # hold a job's pods until its roles exist
         self.nodes: dict[str, NodeInfo] = {}  # every node seen
         self.pods: dict[str, PodInfo] = {}  # every live pod with Coach's schedulerName, by key
+        self.others: dict[str, PodInfo] = {}  # every live bound pod of someone else's, by key
         self.groups: dict[str, GroupInfo] = {}  # every PodGroup, by key
         self.in_fork: dict[str, str] = {}  # pod key -> "pending" or "bound", as scheduler_fork holds it
         self.assumed: dict[str, str] = {}  # pod key -> node: decided here, binding not seen in the watch yet
-        self.parked: dict[str, set[str]] = {}  # node not seen yet -> keys of pods bound there
+        self.parked: dict[str, set[str]] = {}  # node not seen yet -> keys of pods (Coach's or others) bound there
         self.holds = _Holds()
         self.members: dict[str, set[str]] = {}  # PodGroup key -> keys of its pods
         self.warnings: list[tuple[str, str]] = []  # (pod key, message) to report once; the caller drains it
@@ -76,15 +86,15 @@ class Mirror:
     # ---- nodes -----------------------------------------------------------------------------------------------
 
     def apply_node(self, node: NodeInfo) -> None:
-        """A node was added or changed: its slots and schedulability take effect."""
+        """A node was added or changed: its slots, resources, labels, taints and cordon take effect (a status
+        update that changes none of them, such as a kubelet's heartbeat, costs nothing)."""
         old = self.nodes.get(node.name)
         self.nodes[node.name] = node
-        if old is None or old.slots != node.slots or old.schedulable != node.schedulable:
-            self.fork.set_node(Node(node.name, node.slots))
-            if not node.schedulable:
-                self.fork.remove_node(node.name)
+        if old != node:
+            self.fork.set_node(Node(node.name, node.slots, allocatable=node.allocatable, labels=node.labels,
+                                    taints=node.taints, unschedulable=not node.schedulable))
         for key in sorted(self.parked.pop(node.name, ())):
-            pod = self.pods.get(key)
+            pod = self.pods.get(key) or self.others.get(key)
             if pod is not None and pod.node == node.name:
                 self._restore(pod)
 
@@ -170,8 +180,8 @@ class Mirror:
         if pod.deleting:
             self._forget_pending(key)
             return
-        if old is not None and (old.fid, old.group_key) != (pod.fid, pod.group_key):
-            self._forget_pending(key)  # relabelled: place it as what it is now
+        if old is not None and (old.fid, old.group_key, old.demand) != (pod.fid, pod.group_key, pod.demand):
+            self._forget_pending(key)  # relabelled or asking other things: place it as what it is now
         if key in self.in_fork or key in self.holds.retry_at_s:
             return
         self._submit(pod)
@@ -200,6 +210,40 @@ class Mirror:
         for pod in pods:
             self.apply_pod(pod)
 
+    # ---- everyone else's pods -----------------------------------------------------------------------------------
+
+    def apply_other(self, pod: PodInfo) -> None:
+        """A pod that is not Coach's to place was added or changed: once bound and until it terminates, it holds
+        its requests on its node (Terminating included)."""
+        key = pod.key
+        old = self.others.get(key)
+        if pod.terminal or pod.node is None:
+            self.delete_other(key)
+            return
+        if old is not None and (old.uid, old.node, old.requests) == (pod.uid, pod.node, pod.requests):
+            self.others[key] = pod
+            return
+        self.delete_other(key)
+        self.others[key] = pod
+        self._restore(pod)
+
+    def delete_other(self, key: str) -> None:
+        """Someone else's pod went away (or terminated): what it held is free."""
+        pod = self.others.pop(key, None)
+        if pod is None:
+            return
+        if pod.node in self.parked:
+            self.parked[pod.node].discard(key)
+        self.fork.delete([key])
+
+    def replace_others(self, pods: Iterable[PodInfo]) -> None:
+        """A fresh list of everyone else's pods (after a relist): forget the missing ones, take the others in."""
+        pods = list(pods)
+        for key in set(self.others) - {pod.key for pod in pods}:
+            self.delete_other(key)
+        for pod in pods:
+            self.apply_other(pod)
+
     def _bound_in_apiserver(self, pod: PodInfo) -> None:
         key = pod.key
         self._forget_pending(key)
@@ -222,16 +266,20 @@ class Mirror:
         if pod.node not in self.fork.state.node_index:
             self.parked.setdefault(pod.node, set()).add(pod.key)
             return
-        if pod.fid is not None:
+        if pod.fid is not None and pod.key in self.pods:
             job = pod.group_key or f"{pod.namespace}/{pod.fid.job}"
-            fork_pod = Pod(pod.key, job, pod.fid.role.value, next(self._seq), self._job_of(job))
+            fork_pod = Pod(pod.key, job, pod.fid.role.value, next(self._seq), self._job_of(job), requests=pod.requests)
             group = self._group_of(job)
-        else:  # not a function, but it takes a slot: a job of its own that needs nothing to run
-            job = f"{pod.key} (no function labels)"
-            fork_pod = Pod(pod.key, job, "worker", next(self._seq), self._job_of(job))
-            group = PodGroup(job, min_member={})
+        else:  # not Coach's to place: it holds its requests, as a job of its own that needs nothing to run
+            seq = next(self._seq)
+            job = f"{pod.key} (not placed here)"
+            # a slot only if it is one of Coach's functions (placed by Coach's scheduler for another namespace)
+            slots = 1 if pod.scheduler == SCHEDULER_NAME and pod.fid is not None else 0
+            fork_pod = Pod(pod.key, job, "worker", seq, seq, slots=slots, requests=pod.requests)
+            group = PodGroup(job, min_member=NO_QUORUM)
         self.fork.restore([fork_pod], group, {pod.key: pod.node})
-        self.in_fork[pod.key] = "bound"
+        if pod.key in self.pods:
+            self.in_fork[pod.key] = "bound"
 
     def _submit(self, pod: PodInfo) -> None:
         """A pending pod: into scheduler_fork if it can be placed at all, else aside with the reason.
@@ -271,7 +319,8 @@ class Mirror:
         self.holds.reason.pop(key, None)
         if group.min_member != QUORUM_PODS:
             self.warnings.append((key, self._mismatch(group)))
-        fork_pod = Pod(key, job, pod.fid.role.value, next(self._seq), self._job_of(job))
+        fork_pod = Pod(key, job, pod.fid.role.value, next(self._seq), self._job_of(job), requests=pod.requests,
+                       tolerations=pod.tolerations, node_selector=pod.node_selector, node_affinity=pod.node_affinity)
         self.fork.submit([fork_pod], self._group_of(job))
         self.in_fork[key] = "pending"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from scheduler_fork.plugins.binder import DefaultBinder
 from scheduler_fork.plugins.gang import Coscheduling, HeadOfLine, PodGroupRoles, QuorumFirst
+from scheduler_fork.plugins.node_resources import NodeResourcesFit
+from scheduler_fork.plugins.node_rules import NodeAffinity, NodeUnschedulable, TaintToleration
 from scheduler_fork.plugins.node_slots import NodeSlotsFit
 from scheduler_fork.plugins.queue_sort import JobCreationOrder, PrioritySort
 from scheduler_fork.plugins.score import JobIsolation, LeastAllocated
@@ -20,6 +22,10 @@ PLUGINS = {
         PodGroupRoles(),
         HeadOfLine(),
         QuorumFirst(),
+        NodeUnschedulable(),
+        TaintToleration(),
+        NodeAffinity(),
+        NodeResourcesFit(),
         NodeSlotsFit(),
         JobIsolation(),
         LeastAllocated(),
@@ -36,8 +42,12 @@ __all__ = [
     "JobCreationOrder",
     "JobIsolation",
     "LeastAllocated",
+    "NodeAffinity",
+    "NodeResourcesFit",
     "NodeSlotsFit",
+    "NodeUnschedulable",
     "PodGroupRoles",
     "PrioritySort",
     "QuorumFirst",
+    "TaintToleration",
 ]

@@ -4,8 +4,8 @@
   or bound): by default one scheduler, one server and one worker ("waiting for roles: server").
 - HeadOfLine (PreFilter): FIFO by job. A job that has not started may start only when it is the earliest ready
   job and no started job still has pods to place. Without it the thesis's gang can deadlock (README).
-- QuorumFirst (PreFilter): a pod that does not bring its job closer to its quorum may not take a slot the quorum
-  still needs (an extra server must not take the last slot the job's worker needs).
+- QuorumFirst (PreFilter): a pod that does not bring its job closer to its quorum may not take room the quorum
+  still needs (an extra server must not take the last slot, or the cpu, the job's worker needs).
 - Coscheduling (Reserve/Unreserve + Permit): all or nothing. Pods wait at Permit holding their reservation until
   the job's quorum is reserved, then all bind together; when one times out, the job's waiting pods are rejected.
 
@@ -14,7 +14,8 @@ Side effects: none.
 
 from __future__ import annotations
 
-from scheduler_fork.framework import Allow, Pod, PermitVerdict, Reason, Wait
+from scheduler_fork.fit import place_at_once, quorum_members
+from scheduler_fork.framework import PENDING, Allow, Pod, PermitVerdict, Reason, Wait
 
 
 class PodGroupRoles:
@@ -42,9 +43,9 @@ class HeadOfLine:
 
     A pod passes when its job has already started (holds a reserved or bound pod). A pod of a job that has not
     started passes only when (1) no started job still has pods pending or waiting at Permit, and (2) its job is
-    the earliest *ready* job: quorum present, no larger than the cluster, pods pending. Jobs still waiting for
-    roles do not hold the line. So at most one job at a time holds slots without its quorum, and that job is
-    placed before any other starts: see the README for why this rules out deadlock.
+    the earliest *ready* job: quorum present and fitting the cluster's empty nodes at once, pods pending. Jobs
+    still waiting for roles do not hold the line. So at most one job at a time holds slots without its quorum,
+    and that job is placed before any other starts: see the README for why this rules out deadlock.
     """
 
     name = "HeadOfLine"
@@ -55,9 +56,12 @@ class HeadOfLine:
             return None
         if not ledger.eligible:
             quorum = ledger.group.quorum_pods
-            if quorum > state.total_slots:
+            if state.slots_only and quorum > state.total_slots:
                 return f"job {pod.job} needs {quorum} slots, the cluster has {state.total_slots}"
-            return f"job {pod.job} is not ready: {ledger.group.shortfall(ledger.present)} missing"
+            if not ledger.group.met(ledger.present):
+                return f"job {pod.job} is not ready: {ledger.group.shortfall(ledger.present)} missing"
+            return (f"job {pod.job} needs {quorum} pods at once and they do not fit the nodes even empty: "
+                    f"{ledger.misfit}")
         blocker = state.first_open_job()
         if blocker is not None:
             return f"behind job {blocker}, which is still placing its pods"
@@ -68,10 +72,12 @@ class HeadOfLine:
 
 
 class QuorumFirst:
-    """PreFilter: keep the free slots a job's quorum still needs from the job's own extra pods.
+    """PreFilter: keep the room a job's quorum still needs from the job's own extra pods.
 
     With d = the pods the job still lacks for its quorum (counting reserved and bound pods), a pod that does not
-    lower d may take a slot only if d slots stay free. (Counts pods: Coach's functions take one slot each.)
+    lower d may take a node only if it and d pending pods that complete the quorum fit the nodes as they are,
+    all at once (fit.place_at_once: slots, resources, taints, node affinity). On nodes of slots alone, with one
+    slot per pod, that is: d + 1 free slots.
     """
 
     name = "QuorumFirst"
@@ -86,11 +92,16 @@ class QuorumFirst:
         held[pod.role] += 1
         if group.deficit(held) < before:
             return None
-        if state.total_free - pod.slots >= before:
+        status = state.status
+        pending = [state.pods[n] for n in sorted(ledger.names) if n != pod.name and status[n] == PENDING]
+        if place_at_once(state, state.filters, [pod] + quorum_members(group, pending, held),
+                         state.current_shapes()) is None:
             return None
         held[pod.role] -= 1
-        return (f"keeping {before} free slot{'s' if before != 1 else ''} for job {pod.job}'s quorum "
-                f"({group.shortfall(held)})")
+        if state.slots_only:
+            return (f"keeping {before} free slot{'s' if before != 1 else ''} for job {pod.job}'s quorum "
+                    f"({group.shortfall(held)})")
+        return f"keeping room for job {pod.job}'s quorum ({group.shortfall(held)})"
 
 
 class Coscheduling:

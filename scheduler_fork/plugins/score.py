@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from scheduler_fork.constraints import CPU, MEMORY
 from scheduler_fork.framework import MAX_NODE_SCORE, Pod, normalize_to_max
+from scheduler_fork.nodes import NO_SLOT_CAP
+
+#: The resources LeastAllocated weighs (kube's defaults, each with weight 1), besides slots.
+SCORED_RESOURCES = (CPU, MEMORY)
 
 
 class JobIsolation:
@@ -26,9 +31,9 @@ class JobIsolation:
     def normalize(self, scores: dict) -> dict:
         return normalize_to_max(scores)
 
-    def bucket_score(self, state, pod: Pod, capacity: int, free: int) -> int:
-        """Fast path: a node with every slot free holds no pod at all; any other node holds some job's pods."""
-        return MAX_NODE_SCORE if free == capacity else 0
+    def bucket_score(self, state, pod: Pod, shape) -> int:
+        """Fast path: a node with every slot free holds no Coach pod; any other node holds some job's pods."""
+        return MAX_NODE_SCORE if shape.free == shape.capacity else 0
 
     def node_overrides(self, state, pod: Pod) -> Mapping[int, int]:
         """The nodes that hold only this job's pods score 100 although their bucket scores 0."""
@@ -37,23 +42,38 @@ class JobIsolation:
 
 
 class LeastAllocated:
-    """kube's NodeResourcesLeastAllocated on slots: (free slots after placing the pod) * 100 // capacity.
+    """kube's NodeResourcesLeastAllocated: the mean, over the node's slots (when capped) and its cpu and memory
+    (when it has them), of (what is left after placing the pod) * 100 // what it has.
 
-    Its scores are already on 0..100, so NormalizeScore leaves them as they are (as in kube).
+    A bare `Node(name, slots)` is scored on slots alone. The scores are already on 0..100, so NormalizeScore
+    leaves them as they are (as in kube).
     """
 
     name = "LeastAllocated"
 
     def score(self, state, pod: Pod, node: int) -> int:
-        return self.bucket_score(state, pod, state.capacity[node], state.free[node])
+        return self.bucket_score(state, pod, state.shape[node])
 
     def normalize(self, scores: dict) -> dict:
         return dict(scores)
 
-    def bucket_score(self, state, pod: Pod, capacity: int, free: int) -> int:
-        if capacity <= 0:
-            return 0
-        return max(0, free - pod.slots) * MAX_NODE_SCORE // capacity
+    def bucket_score(self, state, pod: Pod, shape) -> int:
+        capacity = shape.capacity
+        allocatable = state.classes[shape.cls].allocatable
+        if not allocatable:  # slots alone
+            if capacity == NO_SLOT_CAP or capacity <= 0:
+                return 0
+            return max(0, shape.free - pod.slots) * MAX_NODE_SCORE // capacity
+        parts = []
+        if capacity != NO_SLOT_CAP:
+            parts.append(max(0, shape.free - pod.slots) * MAX_NODE_SCORE // capacity if capacity > 0 else 0)
+        used, requests = dict(shape.used), dict(pod.requests)
+        for resource in SCORED_RESOURCES:
+            have = allocatable.get(resource, 0)
+            if have > 0:
+                left = have - used.get(resource, 0) - requests.get(resource, 0)
+                parts.append(max(0, left) * MAX_NODE_SCORE // have)
+        return sum(parts) // len(parts) if parts else 0
 
     def node_overrides(self, state, pod: Pod) -> Mapping[int, int]:
         return {}

@@ -7,6 +7,7 @@ the Events and PodScheduled conditions, the Lease, /metrics and /healthz.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 
 import pytest
@@ -120,8 +121,9 @@ def test_an_unschedulable_node_takes_no_pod(kube, start):
     kube.node("open", slots=3, unschedulable=True)
     more = kube.job("b")
     wait_for("the reason Event", lambda: kube.events("b-worker-0", FAILED_SCHEDULING))
-    assert kube.events("b-worker-0", FAILED_SCHEDULING)[0].message == (
-        f"HeadOfLine: job {kube.ns}/b needs 3 slots, the cluster has 0")
+    assert kube.events("b-worker-0", FAILED_SCHEDULING)[0].message == (  # cordoned nodes count, as in kube
+        f"HeadOfLine: job {kube.ns}/b needs 3 pods at once and they do not fit the nodes even empty: "
+        f"{kube.ns}/b-scheduler-0: 0/2 nodes are available: 2 node(s) were unschedulable.")
     kube.node("cordoned", slots=4)  # uncordoned
     wait_for("the second job bound", lambda: kube.bound(more), timeout_s=15)
     assert set(kube.nodes_of(more).values()) == {"cordoned"}
@@ -163,9 +165,7 @@ def test_a_binding_answered_409_adopts_the_pods_node_and_is_not_retried(kube, st
     names = kube.job("a")
     wait_for("the pods seen", lambda: len(scheduler.mirror.pods) == 3)
     kube.bind("a-worker-0", "n2")  # another scheduler got there first
-    lease = kube.leases.read_namespaced_lease(LEASE_NAME, kube.ns)
-    lease.spec.holder_identity = ""
-    kube.leases.replace_namespaced_lease(LEASE_NAME, kube.ns, lease)
+    kube.leases.patch_namespaced_lease(LEASE_NAME, kube.ns, {"spec": {"holderIdentity": ""}})
     wait_for("the conflict", lambda: scheduler.conflicts)
     wait_for("the job bound", lambda: kube.bound(names))
     assert scheduler.conflicts == [lagging]
@@ -323,3 +323,24 @@ def test_metrics_and_healthz_answer(kube, start, control_plane, tmp_path, monkey
     health = requests.get(f"{base}/healthz")
     assert (health.status_code, health.text) == (503, "not watching: nodes, podgroups, pods")
     relay.stop()
+
+
+def test_the_podgroup_status_says_how_far_the_gang_got(kube, start, control_plane, kubectl_binary, tmp_path):
+    kube.node("n1", slots=3)
+    leader(start("gang"))
+    names = kube.job("a")
+    kube.group("big", min_member=5)  # five pods that never come: Pending, with the two that exist
+    kube.pod(FunctionId("big", Role.SCHEDULER, 0))
+    kube.pod(FunctionId("big", Role.SERVER, 0))
+    status = lambda name: kube.custom.get_namespaced_custom_object(  # noqa: E731
+        "scheduling.x-k8s.io", "v1alpha1", kube.ns, "podgroups", name).get("status")
+    wait_for("a's status", lambda: status("a") == {"phase": "Scheduled", "scheduled": 3, "running": 0})
+    wait_for("big's status", lambda: status("big") == {"phase": "Pending", "scheduled": 0, "running": 0})
+    for name in names:  # the kubelet starts them
+        kube.core.patch_namespaced_pod_status(name, kube.ns, {"status": {"phase": "Running"}})
+    wait_for("a running", lambda: status("a") == {"phase": "Running", "scheduled": 3, "running": 3})
+    kubeconfig = control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube.ns)
+    table = subprocess.run([kubectl_binary, "--kubeconfig", str(kubeconfig), "get", "podgroups"],
+                           capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert table[0].split()[:5] == ["NAME", "PHASE", "MINMEMBER", "SCHEDULED", "RUNNING"]
+    assert [row.split()[:5] for row in table[1:]] == [["a", "Running", "3", "3", "3"], ["big", "Pending", "5", "0", "0"]]

@@ -130,7 +130,8 @@ def test_a_job_without_its_quorum_gives_its_slots_back_and_requeues_with_the_rea
     queued = read_log(report.run_dir / f"{second.name}.jsonl")
     requeues = [r for r in queued if r["phase"] == "requeued"]
     assert requeues, queued
-    assert all(r["reason"].startswith("NodeSlotsFit: ") for r in requeues)  # no free slot, said in the log
+    assert all(r["reason"].startswith("0/1 nodes are available: 1 Insufficient slots.")  # no free slot, in the log
+               for r in requeues)
     assert [r["requeue"] for r in requeues] == list(range(1, len(requeues) + 1))
     assert queued[-1]["stop_reason"] == "max_epochs"  # it ran once the first job released its slots
     assert read_log(report.run_dir / f"{first.name}.jsonl")[-1]["stop_reason"] == "max_epochs"

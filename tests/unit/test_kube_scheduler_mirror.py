@@ -162,23 +162,27 @@ def test_bound_pods_take_their_slots_also_on_a_node_seen_after_them():
     assert mirror.fork.state.free == [1] and mirror.parked == {}
 
 
-def test_unschedulable_and_deleted_nodes_leave_placement():
+def test_a_cordoned_node_takes_no_pod_and_a_deleted_one_leaves_placement():
     mirror = mirror_with(nodes=(("n1", 3), ("n2", 3)))
     mirror.apply_node(node_info(node("n1", 3, unschedulable=True)))
     mirror.delete_node("n2")
     add_job(mirror, "a")
     cycle = mirror.schedule(0.0)
     assert cycle.binds == ()
-    assert set(cycle.pending.values()) == {"HeadOfLine: job default/a needs 3 slots, the cluster has 0"}
+    assert set(cycle.pending.values()) == {
+        "HeadOfLine: job default/a needs 3 pods at once and they do not fit the nodes even empty: "
+        "default/a-scheduler-0: 0/1 nodes are available: 1 node(s) were unschedulable."}
+    assert mirror.counts().nodes == 1  # the cordoned node is counted, as kube-scheduler counts it
     mirror.apply_node(node_info(node("n1", 3)))
     assert len(mirror.schedule(20.0).binds) == 3
 
 
-def test_node_slots_come_from_the_label_else_from_allocatable_pods():
+def test_the_slots_label_is_only_a_cap_and_allocatable_pods_stays_a_resource():
     assert node_info(node("a", 2, allocatable="110")).slots == 2
-    assert node_info(node("b", None, allocatable="7")).slots == 7
+    plain = node_info(node("b", None, allocatable="7"))
+    assert (plain.slots, plain.allocatable) == (None, (("pods", 7),))  # no cap: allocatable alone limits it
     odd = node_info(node("c", None, allocatable="7") | {"metadata": {"name": "c", "labels": {SLOTS_LABEL: "x"}}})
-    assert (odd.slots, odd.problem) == (7, "label coach.io/slots='x' is not a whole number >= 0")
+    assert (odd.slots, odd.problem) == (None, "label coach.io/slots='x' is not a whole number >= 0; no slot cap")
 
 
 def test_a_deleted_or_finished_pod_frees_its_slot_and_a_new_uid_is_a_new_pod():

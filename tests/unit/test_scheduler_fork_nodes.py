@@ -66,7 +66,7 @@ def test_a_capacity_below_the_pods_a_node_holds_leaves_it_full():
     scheduler.submit([Pod("x", "x", "worker", 10, 10)])
     result = scheduler.schedule(1.0)
     assert result.bound == {}
-    assert result.pending["x"] == "NodeSlotsFit: 0/1 nodes are available: 1 with fewer than 1 free slot"
+    assert result.pending["x"] == "0/1 nodes are available: 1 Insufficient slots."
     scheduler.state.check(overcommit=True)
     with pytest.raises(AssertionError):
         scheduler.state.check()
@@ -97,5 +97,5 @@ def test_the_per_node_path_skips_removed_nodes():
     scheduler.submit([Pod(f"p{i}", f"p{i}", "worker", i, i) for i in range(3)])
     result = scheduler.schedule(0.0)
     assert sorted(result.bound.values()) == ["n1", "n3"]
-    assert result.pending == {"p2": "NodeSlotsFit: 0/2 nodes are available: 2 with fewer than 1 free slot"}
+    assert result.pending == {"p2": "0/2 nodes are available: 2 Insufficient slots."}
     scheduler.state.check()

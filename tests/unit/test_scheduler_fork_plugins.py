@@ -197,14 +197,14 @@ def test_node_slots_fit_passes_nodes_with_enough_free_slots_and_says_why_others_
     place(state, "a-server-0", "one")
     full, one, empty = (state.node_index[n] for n in ("full", "one", "empty"))
 
-    assert plugin.filter(state, a[2], full) == "fewer than 1 free slot"
+    assert plugin.filter(state, a[2], full) == "Insufficient slots"
     assert plugin.filter(state, a[2], one) is None
-    assert plugin.filter(state, big, one) == "fewer than 2 free slots"
+    assert plugin.filter(state, big, one) == "Insufficient slots"
     assert plugin.filter(state, big, empty) is None
-    # The bucket form gives the same answers from (capacity, free) alone.
+    # The bucket form gives the same answers from the node's shape alone.
     for node in (full, one, empty):
         for p in (a[2], big):
-            assert plugin.bucket_filter(state, p, state.capacity[node], state.free[node]) == plugin.filter(state, p, node)
+            assert plugin.bucket_filter(state, p, state.shape[node]) == plugin.filter(state, p, node)
 
 
 # ---- Score + NormalizeScore: JobIsolation, LeastAllocated -------------------------------------------------------

@@ -3,14 +3,15 @@
 Random workloads: 1-6 jobs of one scheduler, 1-3 servers and 1-4 workers, each needing its minimum set or its
 whole set; the pods arrive in a random interleaving, a few at a time, with a scheduling call after each batch and
 random time steps (shorter and longer than the backoffs and the Permit timeout); 1-4 nodes of 1-6 slots, every
-job fitting the cluster alone. A job is *complete* when its quorum (its minimum set, or its whole set when the
+job fitting the cluster alone; and the same on nodes of cpu instead of slots, each job's pods asking one cpu amount.
+A job is *complete* when its quorum (its minimum set, or its whole set when the
 group requires it) is bound and all its pods have arrived; it then runs for 0-3 steps and is deleted, pods and
 all, as the controller does when a job finishes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,6 +97,32 @@ def run_to_the_end(profile: str, work: Workload) -> list[str]:
                     finished.append(job)
         now += work.steps_s[step % len(work.steps_s)]
     raise AssertionError(f"after {MAX_STEPS} steps, finished only {finished}; pending: {dict(scheduler.pending)}")
+
+
+@st.composite
+def resource_workloads(draw):
+    """As `workloads`, on nodes of cpu and pods (no slot cap) and with each job's pods asking one cpu amount:
+    pods of a job alike, as Coach's functions of one job are; the largest node holds any job alone."""
+    work = draw(workloads())
+    cpu_m = {job: draw(st.sampled_from([250, 500, 1000, 1500])) for job in work.groups}
+    batches = [[replace(pod, requests={"cpu": cpu_m[pod.job]}) for pod in batch] for batch in work.batches]
+    nodes = [Node(f"n{i}", allocatable={"cpu": draw(st.sampled_from([1000, 2000, 3000])), "pods": 110})
+             for i in range(draw(st.integers(1, 4)))]
+    biggest = max(cpu_m[job] * work.sizes[job] for job in work.groups)
+    nodes[-1] = Node(nodes[-1].name, allocatable={"cpu": max(biggest, 1000), "pods": 110})
+    return replace(work, batches=batches, nodes=nodes)
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(resource_workloads())
+def test_gang_never_deadlocks_and_completes_every_job_on_cpu(work):
+    assert sorted(run_to_the_end("gang", work)) == sorted(work.groups)
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(resource_workloads())
+def test_gang_strict_never_deadlocks_and_completes_every_job_on_cpu(work):
+    assert sorted(run_to_the_end("gang-strict", work)) == sorted(work.groups)
 
 
 @settings(derandomize=True, max_examples=200, deadline=None)

@@ -22,7 +22,7 @@ def test_a_pod_that_does_not_fit_is_tried_again_only_after_its_backoff():
     first = scheduler.schedule(0.0)
 
     assert set(first.bound) == {"a-scheduler", "a-server-0", "a-worker-0"}
-    assert first.pending == {"extra": "NodeSlotsFit: 0/1 nodes are available: 1 with fewer than 1 free slot"}
+    assert first.pending == {"extra": "0/1 nodes are available: 1 Insufficient slots."}
     assert scheduler.queue.backoff_until("extra") == 1.0
     assert scheduler.schedule(0.5).attempts == 0  # still backing off
     assert scheduler.schedule(1.0).attempts == 1  # tried again, failed again
@@ -75,7 +75,7 @@ def test_a_pod_waits_at_permit_holding_its_slot_and_the_group_binds_once_the_quo
     assert list(waiting.waiting) == ["a-scheduler"]  # holds the last free slot, not bound
     assert dict(waiting.bound) == {}
     assert scheduler.state.total_free == 0
-    assert waiting.pending["a-server-0"].startswith("NodeSlotsFit: 0/2 nodes are available")
+    assert waiting.pending["a-server-0"] == "0/2 nodes are available: 2 Insufficient slots."
 
     scheduler.delete(["z-scheduler", "z-server-0", "z-worker-0"])  # z finishes
     allowed = scheduler.schedule(5.0)
