@@ -116,6 +116,8 @@ class NodeTable:
         self.tainted = 0  # nodes in placement with a NoSchedule or NoExecute taint
         self.cordoned = 0  # nodes in placement that are unschedulable
         self.fit_version = 0  # bumped whenever the nodes in placement or their classes change
+        self.others_version = 0  # bumped whenever other schedulers' pods take or give back room
+        self._left: dict[Shape, int] | None = None  # the shapes of the nodes with only others' pods on them
         self._label_refs: dict[str, int] = {}  # label key -> known pods whose node selection reads it
         self._name_refs = 0  # known pods that select nodes by name
         self._empty: dict[Shape, int] | None = None  # the shapes of the nodes in placement, had they no pods
@@ -163,6 +165,28 @@ class NodeTable:
                     counts[shape] = counts.get(shape, 0) + 1
             self._empty = counts
         return self._empty
+
+    def left_by_others(self) -> dict[Shape, int]:
+        """Shape -> how many nodes in placement would have it were only other schedulers' pods on them (a cached,
+        shared dict): what a gang can count on getting at once, since Coach's own pods leave when their jobs end
+        and other schedulers' pods may never."""
+        if not self.others_used:
+            return self.empty_shapes()
+        if self._left is None:
+            counts = dict(self.empty_shapes())
+            for i, theirs in self.others_used.items():
+                if i in self.off:
+                    continue
+                cap = NO_SLOT_CAP if self.nodes[i].slots is None else self.nodes[i].slots
+                cls = self.node_class[i].id
+                empty, held = Shape(cap, cap, cls, ()), Shape(cap, cap, cls, tuple(sorted(
+                    (name, amount) for name, amount in theirs.items() if amount)))
+                counts[empty] -= 1
+                if not counts[empty]:
+                    del counts[empty]
+                counts[held] = counts.get(held, 0) + 1
+            self._left = counts
+        return self._left
 
     def shapes_without_others(self) -> dict[Shape, int]:
         """Shape -> how many nodes in placement would have it were every slot-less pod (another scheduler's) gone."""
@@ -246,6 +270,7 @@ class NodeTable:
                 used[name] = used.get(name, 0) + amount
         if not pod.slots:
             _add(self.others_used.setdefault(node, {}), pod, 1)
+            self._others_changed()
         self._reshape(node)
 
     def give(self, node: int, pod: Pod) -> None:
@@ -258,6 +283,7 @@ class NodeTable:
             _add(theirs, pod, -1)
             if not theirs:
                 del self.others_used[node]
+            self._others_changed()
         self._reshape(node)
 
     def watch_selectors(self, pod: Pod, delta: int) -> None:
@@ -287,6 +313,7 @@ class NodeTable:
                     if i not in self.off:
                         self._enter(i)
             self._empty = None
+            self._left = None
 
     # ---- internals -------------------------------------------------------------------------------------------
 
@@ -393,6 +420,11 @@ class NodeTable:
     def _nodes_changed(self) -> None:
         self.fit_version += 1
         self._empty = None
+        self._left = None
+
+    def _others_changed(self) -> None:
+        self.others_version += 1
+        self._left = None
 
     def check_nodes(self) -> None:
         """Recount what the buckets and totals say from the per-node lists (for tests)."""

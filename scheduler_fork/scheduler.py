@@ -228,6 +228,7 @@ class Scheduler:
         self._last_now_s = now_s
         bound: dict[str, str] = {}
         rejected: dict[str, str] = {}
+        self.state.settle()
         self.queue.flush(now_s)
         attempts = 0
         while max_attempts is None or attempts < max_attempts:

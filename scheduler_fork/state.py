@@ -63,7 +63,7 @@ class JobLedger:
         self.fit_stale = True  # its pods or group changed since `misfit` (and the two below) were worked out
         self.quorum_present = False  # its known pods meet the quorum (group.met(present))
         self.quorum_pods = group.quorum_pods  # how many pods its quorum takes
-        self.fit_version = -1  # the nodes' fit_version when it was
+        self.fit_version: tuple[int, int] = (-1, -1)  # the nodes' (fit_version, others_version) when it was
 
     def held(self) -> dict[str, int]:
         """Role -> pods holding slots (reserved or bound)."""
@@ -104,7 +104,8 @@ class SchedulingState(NodeTable):
         self._ready: set[str] = set()  # not started, eligible jobs with pods pending
         self._ready_heap: list[tuple[int, str]] = []  # (job_seq, job), lazily cleaned
         self._fits: dict[tuple, object] = {}  # the demands of a quorum -> its Misfit on the empty cluster, or None
-        self._fits_version = self.fit_version  # the nodes' fit_version `_fits` holds for
+        self._settled_others = self.others_version  # the others_version every job was last judged at
+        self._fits_version = (self.fit_version, self.others_version)  # the versions `_fits` holds for
 
     # ---- queries for plugins ---------------------------------------------------------------------------------
 
@@ -138,6 +139,13 @@ class SchedulingState(NodeTable):
             return
         super().remove_node(name)
         self._touch_all()
+
+    def settle(self) -> None:
+        """Judge every job's eligibility again if other schedulers' pods took or gave back room since (once per
+        scheduling pass rather than once per such pod: a relist brings thousands)."""
+        if self._settled_others != self.others_version:
+            self._settled_others = self.others_version
+            self._touch_all()
 
     def _touch_all(self) -> None:
         """The nodes changed: every job still placing pods may have become (in)eligible."""
@@ -287,9 +295,10 @@ class SchedulingState(NodeTable):
             ledger.quorum_present = group.met(ledger.present)
             ledger.quorum_pods = group.quorum_pods
         present = ledger.quorum_present
-        if present and (ledger.fit_stale or ledger.fit_version != self.fit_version):
+        version = (self.fit_version, self.others_version)
+        if present and (ledger.fit_stale or ledger.fit_version != version):
             ledger.misfit = self._misfit(ledger)
-            ledger.fit_version = self.fit_version
+            ledger.fit_version = version
         ledger.fit_stale = False
         ledger.eligible = (present and not (self.uncapped == 0 and ledger.quorum_pods > self.total_slots)
                            and ledger.misfit is None)
@@ -311,17 +320,18 @@ class SchedulingState(NodeTable):
             self._ready.discard(job)
 
     def _misfit(self, ledger: JobLedger) -> str | None:
-        """None when the job's quorum fits the empty nodes in placement at once, else which pod does not and why."""
+        """None when the job's quorum fits at once the nodes in placement as other schedulers' pods leave them
+        (Coach's own pods aside: they leave when their jobs end), else which pod does not and why."""
         members = quorum_members(ledger.group, [self.pods[name] for name in sorted(ledger.names)], {})
         if not members:
             return None
-        if self._fits_version != self.fit_version:
+        if self._fits_version != (self.fit_version, self.others_version):
             self._fits.clear()
-            self._fits_version = self.fit_version
+            self._fits_version = (self.fit_version, self.others_version)
         demands = tuple(pod.demand for pod in members)
         found = self._fits.get(demands, _UNKNOWN)
         if found is _UNKNOWN:
-            found = self._fits[demands] = place_at_once(self, self.filters, members, self.empty_shapes())
+            found = self._fits[demands] = place_at_once(self, self.filters, members, self.left_by_others())
         return None if found is None else f"{members[found.pod].name}: {found.message()}"
 
     def check(self, overcommit: bool = False) -> None:

@@ -335,6 +335,7 @@ class KubeScheduler:
                 self._binder.bind(pod, node)
             for key, reason in self.tracker.update(cycle.pending, now_s):
                 pod = mirror.pods[key]
+                log.info("pod %s pending: %s", key, reason)  # told once per reason, as the Event
                 self._poster.pending(PodRef(pod.namespace, pod.name, pod.uid), reason)
             for key, message in mirror.warnings:
                 pod = mirror.pods.get(key)

@@ -43,7 +43,8 @@ class HeadOfLine:
 
     A pod passes when its job has already started (holds a reserved or bound pod). A pod of a job that has not
     started passes only when (1) no started job still has pods pending or waiting at Permit, and (2) its job is
-    the earliest *ready* job: quorum present and fitting the cluster's empty nodes at once, pods pending. Jobs
+    the earliest *ready* job: quorum present and fitting at once the nodes as other schedulers' pods leave them
+    (Coach's own pods aside, which leave when their jobs end), pods pending. Jobs
     still waiting for roles do not hold the line. So at most one job at a time holds slots without its quorum,
     and that job is placed before any other starts: see the README for why this rules out deadlock.
     """
@@ -60,8 +61,8 @@ class HeadOfLine:
                 return f"job {pod.job} needs {quorum} slots, the cluster has {state.total_slots}"
             if not ledger.group.met(ledger.present):
                 return f"job {pod.job} is not ready: {ledger.group.shortfall(ledger.present)} missing"
-            return (f"job {pod.job} needs {quorum} pods at once and they do not fit the nodes even empty: "
-                    f"{ledger.misfit}")
+            where = "what other schedulers' pods leave of the nodes" if state.others_used else "the nodes even empty"
+            return f"job {pod.job} needs {quorum} pods at once and they do not fit {where}: {ledger.misfit}"
         blocker = state.first_open_job()
         if blocker is not None:
             return f"behind job {blocker}, which is still placing its pods"

@@ -15,9 +15,14 @@ from kubernetes import client
 from coach.domain.identity import FunctionId, functions_for
 from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
                                SCHEDULER_NAME, SLOTS_LABEL)
+from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.rest import finish
+from coach.placement.kube_connect import connect
 from tests import support
 from tests.controlplane.cluster import ControlPlane
+
+
+LEASE_S = 2.0  # short, so that a follower takes over within a second or two
 
 
 def wait_for(what: str, condition: Callable[[], object], timeout_s: float = 10.0) -> object:
@@ -134,3 +139,33 @@ def kube(control_plane, kube_namespace, podgroup_crd) -> Kube:
     view = Kube(control_plane, kube_namespace, uuid.uuid4().hex[:6])
     yield view
     view.close()
+
+
+@pytest.fixture
+def kubeconfig(control_plane, kube, tmp_path):
+    return str(control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube.ns))
+
+
+@pytest.fixture
+def start(kubeconfig, kube):
+    """start(profile, **config) -> a running KubeScheduler with its own client; all are stopped at the end."""
+    running = []
+
+    def start(profile: str = "gang", identity: str = "", kubeconfig: str = kubeconfig, **config) -> KubeScheduler:
+        api, _ = connect(kubeconfig)
+        options = dict(profile=profile, namespace=kube.ns, lease_namespace=kube.ns, identity=identity, metrics_host="127.0.0.1",
+                       metrics_port=0, lease_duration_s=LEASE_S, report_after_s=0.1, bind_retry_s=0.2)
+        options.update(config)
+        scheduler = KubeScheduler(api, Config(**options))
+        running.append((scheduler, api))
+        return scheduler.start()
+
+    yield start
+    for scheduler, api in running:
+        scheduler.stop()
+        api.close()
+
+
+def leader(scheduler: KubeScheduler) -> KubeScheduler:
+    wait_for("the scheduler to lead", lambda: scheduler.wait_synced(0.1) and scheduler.is_leader())
+    return scheduler

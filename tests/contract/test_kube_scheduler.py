@@ -21,39 +21,9 @@ from coach.placement.kube_connect import connect
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.watch import Change
 from tests.controlplane.proxy import Relay
-from tests.contract.kube_scheduler_support import kube, wait_for  # noqa: F401 (a fixture)
+from tests.contract.kube_scheduler_support import kube, kubeconfig, leader, start, wait_for  # noqa: F401 (fixtures)
 
 LEASE_S = 2.0  # short, so that a follower takes over within a second or two
-
-
-@pytest.fixture
-def kubeconfig(control_plane, kube, tmp_path):
-    return str(control_plane.write_kubeconfig(tmp_path / "kubeconfig", namespace=kube.ns))
-
-
-@pytest.fixture
-def start(kubeconfig, kube):
-    """start(profile, **config) -> a running KubeScheduler with its own client; all are stopped at the end."""
-    running = []
-
-    def start(profile: str = "gang", identity: str = "", kubeconfig: str = kubeconfig, **config) -> KubeScheduler:
-        api, _ = connect(kubeconfig)
-        options = dict(profile=profile, namespace=kube.ns, lease_namespace=kube.ns, identity=identity, metrics_host="127.0.0.1",
-                       metrics_port=0, lease_duration_s=LEASE_S, report_after_s=0.1, bind_retry_s=0.2)
-        options.update(config)
-        scheduler = KubeScheduler(api, Config(**options))
-        running.append((scheduler, api))
-        return scheduler.start()
-
-    yield start
-    for scheduler, api in running:
-        scheduler.stop()
-        api.close()
-
-
-def leader(scheduler: KubeScheduler) -> KubeScheduler:
-    wait_for("the scheduler to lead", lambda: scheduler.wait_synced(0.1) and scheduler.is_leader())
-    return scheduler
 
 
 def fids(job: str, workers: int = 1, servers: int = 1) -> list[str]:

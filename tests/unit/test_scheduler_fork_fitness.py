@@ -228,7 +228,9 @@ def test_other_schedulers_pods_hold_their_requests_but_no_slot_and_do_not_keep_j
     assert (state.free, state.used) == ([2], [{"cpu": 500, "pods": 1}])
     assert PLUGINS["JobIsolation"].score(state, Pod("x", "x", "worker", 9, 9), 0) == 100  # no Coach pod there
     scheduler.submit([Pod("v", "v", "worker", 1, 1, requests={"cpu": 1600})], PodGroup("v", min_member={"worker": 1}))
-    assert scheduler.schedule(0.0).pending == {"v": "0/1 nodes are available: 1 Insufficient cpu."}
+    assert scheduler.schedule(0.0).pending == {"v": (  # it does not start before its whole quorum fits beside them
+        "HeadOfLine: job v needs 1 pods at once and they do not fit what other schedulers' pods leave of the nodes: "
+        "v: 0/1 nodes are available: 1 Insufficient cpu.")}
     scheduler.delete(["daemon"])  # the other pod goes: its cpu is free again
     assert scheduler.schedule(1.0).bound == {"v": "n1"}
     state.check()
@@ -324,20 +326,21 @@ def test_memory_hungry_jobs_never_overcommit_a_node_and_the_next_job_waits_for_r
     scheduler.state.check()
 
 
-def test_an_extra_pod_may_not_take_the_cpu_its_jobs_quorum_still_needs():
+def test_a_job_starts_only_once_its_whole_quorum_fits_beside_other_schedulers_pods():
     scheduler = Scheduler([machine("n1", cpu_m=3000)], profile="gang")
-    restore_other(scheduler, other("web", cpu_m=1000), "n1")  # 2 of 3 cpus free
+    restore_other(scheduler, other("web", cpu_m=1000), "n1")  # 2 of 3 cpus free: the quorum needs 3
     extra = Pod("a-server-1", "a", "server", 3, 0, requests={"cpu": 1000})
     scheduler.submit(cpu_job("a", 0, cpu_m=1000) + [extra], PodGroup("a"))
 
     first = scheduler.schedule(0.0)
 
-    assert dict(first.bound) == {"a-scheduler": "n1", "a-server-0": "n1"}
-    assert first.pending == {"a-server-1": "QuorumFirst: keeping room for job a's quorum (worker)",
-                             "a-worker-0": "0/1 nodes are available: 1 Insufficient cpu."}
-    scheduler.delete(["web"])  # one cpu frees: it goes to the worker, which the quorum needs, not to the server
+    assert dict(first.bound) == {}  # no pod holds a part of the node it could not use
+    assert set(first.pending.values()) == {
+        "HeadOfLine: job a needs 3 pods at once and they do not fit what other schedulers' pods leave of the "
+        "nodes: a-worker-0: 0/1 nodes are available: 1 Insufficient cpu."}
+    scheduler.delete(["web"])  # its cpu frees: the quorum goes in whole, the extra server finds no room
     second = scheduler.schedule(1.0)
-    assert dict(second.bound) == {"a-worker-0": "n1"}
+    assert dict(second.bound) == {"a-scheduler": "n1", "a-server-0": "n1", "a-worker-0": "n1"}
     assert second.pending == {"a-server-1": "QuorumFirst: keeping room for job a's quorum (worker)"}
     scheduler.state.check()
 
