@@ -68,6 +68,7 @@ from coach.domain.contracts import (
 from coach.domain.deadlines import training_stop_s
 from functions import checkpoints
 from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
+from functions.epochs import EpochRegistry, registry_from_env
 from functions.noise_scale import NoiseProbe
 from functions.shards import shard_samples
 from functions.validation import SharedValidation
@@ -128,6 +129,9 @@ class HostState:
     # whose labels are not class indices); epochs from a checkpoint then skip the shape pass
     classes: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
     children: set[int] = field(default_factory=set)  # pids of running epoch children
+    # where the children are registered for a cancel that another worker process of the function receives
+    # (functions/epochs.py); None: this process is the function's only one, its `children` are all there is
+    epochs: EpochRegistry | None = field(default_factory=registry_from_env)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # held from making a child's pipes until the host has closed the child's ends: no other child may inherit
     # them (a reply pipe whose write end another process holds never reaches EOF)
@@ -320,6 +324,7 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
         if pid == 0:  # child: never returns
             os.close(read_fd)
             _forked(host, parent_pid)
+            _registered(host)
             _run_and_reply(request, work, started, write_fd)
         os.close(write_fd)
     return _await_reply(host, pid, read_fd, started, request.deadline_s)
@@ -517,6 +522,7 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
                         joined = joined or join_ahead(told["role"], NextEpoch.from_dict(told["next"]).ps)
                         continue
                     request = EpochRequest.from_dict(message["request"])
+                    _registered(host)
                     _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]),
                                    reply_write)
                     break
@@ -549,6 +555,13 @@ def _forked(host: HostState, parent_pid: int) -> None:
     _die_with_parent()
     if os.getppid() != parent_pid:
         os._exit(3)
+
+
+def _registered(host: HostState) -> None:
+    """An epoch child, before its work: registered where a cancel received by any worker process of the function
+    finds it (functions/epochs.py); its host discards the entry when it reaps it."""
+    if host.epochs is not None:
+        host.epochs.add(os.getpid())
 
 
 def _run_and_reply(request: EpochRequest, work: Callable[[EpochRequest], dict], started: float,
@@ -613,7 +626,10 @@ def _await_reply(host: HostState, pid: int, read_fd: int, started: float, deadli
 
 def _reap(host: HostState, pid: int) -> int:
     """Wait for the child to end and forget it; its exit code."""
+    entry = host.epochs.entry(pid) if host.epochs is not None else None  # while the pid is still this child's
     _, wait_status = os.waitpid(pid, 0)
+    if host.epochs is not None:
+        host.epochs.discard(entry)
     with host.lock:
         host.children.discard(pid)
     return os.waitstatus_to_exitcode(wait_status)
@@ -659,7 +675,10 @@ def _kill(pid: int) -> None:
 
 
 def cancel_children(host: HostState) -> int:
-    """Kill every running epoch child of this host (used when another role of the epoch failed)."""
+    """Kill every running epoch child of this function (used when another role of the epoch failed): those its
+    worker processes registered, when it has several, else this host's own."""
+    if host.epochs is not None:
+        return host.epochs.cancel_all()
     with host.lock:
         pids = list(host.children)
     for pid in pids:

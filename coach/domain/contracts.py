@@ -17,6 +17,10 @@ from coach.domain.identity import ROLES as _ROLES
 
 SCHEMA = 1  # bump on any incompatible change; both sides refuse another version
 ROLES = tuple(role.value for role in _ROLES)  # as JSON strings; one definition: coach.domain.identity
+#: The run's token: a function refuses (401) every request whose TOKEN_HEADER is not the token in its TOKEN_ENV,
+#: which its spec sets on Nuclio and Coach's host sets locally; never on a command line, never in a reply or a log.
+TOKEN_HEADER = "X-Coach-Token"
+TOKEN_ENV = "COACH_FUNCTION_TOKEN"
 _LEARNING_RATE_KEYS = ("learning_rate", "lr")  # set by Hyper.learning_rate alone
 _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "model", "data", "hyper", "checkpoint",
                  "deadline_s", "rendezvous_id", "next")  # EpochRequest's JSON keys, in the order from_dict checks them

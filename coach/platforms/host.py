@@ -37,8 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import nuclio_sdk
 from nuclio_sdk.logger import HumanReadableFormatter
 
-TOKEN_HEADER = "X-Coach-Token"
-TOKEN_ENV = "COACH_FUNCTION_TOKEN"  # the run's token comes by environment, never on the (public) command line
+from coach.domain.contracts import TOKEN_ENV, TOKEN_HEADER  # noqa: F401 - also imported from here
+
 PARENT_POLL_S = 0.5  # how often the host checks that its controller is alive (the fallback to PR_SET_PDEATHSIG)
 PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when the thread that forked it ends
 MAX_BODY_BYTES = 64 * 1024 * 1024  # an epoch request is a few hundred bytes; anything this large is not one

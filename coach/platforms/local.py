@@ -131,7 +131,8 @@ class LocalPlatform:
             body = {"error": response.text[:200]}
         if response.status_code != 200:
             message = str(body.get("error", f"HTTP {response.status_code}")).splitlines()[0]
-            kind = {504: TIMEOUT, 400: REJECTED, 403: REJECTED, 422: REJECTED}.get(response.status_code, ERROR)
+            kind = {504: TIMEOUT, 400: REJECTED, 401: REJECTED, 403: REJECTED, 422: REJECTED}.get(response.status_code,
+                                                                                                  ERROR)
             return Failure(ref.name, kind, message, duration_s, body)
         return Reply(ref.name, body, duration_s)
 

@@ -44,7 +44,7 @@ from coach.platforms.host import TOKEN_HEADER
 from coach.platforms.local import free_port
 from coach.platforms.nuclio_spec import (
     FUNCTIONS_DIR, INSTANCE_ANNOTATION, RUN_ANNOTATION, function_config, function_name, is_ours,
-    load_role_configs, run_digest,
+    load_role_configs, run_digest, trigger_workers,
 )
 
 #: Nuclio's request headers (pkg/common/headers/headers.go).
@@ -108,7 +108,8 @@ def kube_pod_address(api_client, namespace: str) -> Callable[[FunctionId], str |
             pods = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=10).items
         except (ApiException, urllib3.exceptions.HTTPError, OSError):  # unknown: the caller falls back
             return None
-        running = [pod for pod in pods if pod.status and pod.status.pod_ip and pod.metadata.deletion_timestamp is None]
+        running = [pod for pod in pods if pod.status and pod.status.pod_ip and pod.status.phase == "Running"
+                   and pod.metadata.deletion_timestamp is None]  # not a failed one its replacement left behind
         return running[0].status.pod_ip if running else None
 
     return lookup
@@ -380,7 +381,7 @@ class NuclioPlatform:
                                                  "invocation url is required")):
                 return UNREACHABLE
             return ERROR
-        return {504: TIMEOUT, 400: REJECTED, 403: REJECTED, 422: REJECTED}.get(status, ERROR)
+        return {504: TIMEOUT, 400: REJECTED, 401: REJECTED, 403: REJECTED, 422: REJECTED}.get(status, ERROR)
 
     def cancel(self, ref: FunctionRef) -> None:
         try:
@@ -406,11 +407,11 @@ class NuclioPlatform:
             self.delete(ref.fid)
 
     def joins_ahead(self, scheduler: FunctionRef) -> bool:
-        """On loopback, where Coach's fakes run each function as one host process. Not on a cluster: Nuclio's
-        Python runtime runs one wrapper process per worker of the trigger (functions/*/function.yaml has two, so
-        that a cancel reaches a function while its epoch runs), each a host of its own, and consecutive events
-        may go to different workers: a step announced to one could find its node joined by the other."""
-        return is_loopback(scheduler.host)
+        """Only when every function runs one worker process. Nuclio's Python runtime runs one wrapper process per
+        worker of the HTTP trigger (functions/*/function.yaml has two, so that a cancel reaches a function while its
+        epoch runs), each a host of its own, and consecutive events may go to different workers: a step announced
+        to one could find its node joined by the other."""
+        return all(trigger_workers(config) == 1 for config in self.configs.values())
 
     def rendezvous_address(self, scheduler: FunctionRef, avoid_ports: frozenset[int] = frozenset()) -> tuple[str, int]:
         """The PS scheduler's pod address and the first of PS_PORTS not to avoid; a free port on loopback, where

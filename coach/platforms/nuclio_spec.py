@@ -155,6 +155,14 @@ def function_config(fid: FunctionId, base: Mapping, *, namespace: str, project: 
     }
 
 
+def trigger_workers(config: Mapping) -> int:
+    """How many worker processes Nuclio runs for the function's HTTP trigger (`numWorkers`; one by default)."""
+    for trigger in ((config.get("spec") or {}).get("triggers") or {}).values():
+        if isinstance(trigger, Mapping) and trigger.get("kind") == "http":
+            return max(1, int(trigger.get("numWorkers") or 1))
+    return 1
+
+
 def is_ours(config: Mapping, fid: FunctionId) -> bool:
     """Whether a function the dashboard holds carries `fid`'s identity labels (whichever run created it)."""
     labels = (config.get("metadata") or {}).get("labels") or {}

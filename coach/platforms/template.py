@@ -4,7 +4,8 @@ Why: every host imports MXNet in `init_context`, which costs about 3 CPU-seconds
 cores waited 6-7 s for its hosts before the first calibration step. The template (`python -m
 coach.platforms.template`) imports MXNet, the Nuclio SDK and the role handlers once, then forks one child per host
 on request; the child becomes `coach.platforms.host` with the request's argv, environment and working directory,
-exactly as a freshly started host would.
+exactly as a freshly started host would. A request may name another entry module instead (its `main(argv)` runs the
+same way): the loopback Nuclio test stack forks its function pods so, as warm as Coach's own hosts.
 
 The protocol: the controller sends one JSON request per host over a Unix socket, with the host's stdout and stderr
 as file descriptors (SCM_RIGHTS); the template answers `{"pid": N}` with a pidfd for the child, so the controller
@@ -43,6 +44,7 @@ MAX_REQUEST_BYTES = 256 * 1024  # a request is an argv and an environment: a few
 PARENT_POLL_S = 0.5  # how often the template checks that its controller is alive and reaps its children
 REPLY_TIMEOUT_S = 120.0  # the first request waits for the template's imports, on two cores shared by many hosts
 PR_SET_NAME = 15  # prctl option: the name `top` and `ps -o comm` show (15 bytes)
+HOST_MODULE = "coach.platforms.host"  # what a forked child runs unless its request names another entry module
 
 
 class TemplateError(Exception):
@@ -140,10 +142,12 @@ class Template:
             self._process.kill()
             self._process.wait()
 
-    def fork_host(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, stderr_fd: int) -> HostProcess:
-        """A new host running `coach.platforms.host` with `argv`; its stderr goes to `stderr_fd`."""
+    def fork_host(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, stderr_fd: int,
+                  module: str = HOST_MODULE) -> HostProcess:
+        """A new host running `module`'s `main(argv)` (Coach's function host by default); its stderr goes to
+        `stderr_fd`."""
         read_fd, write_fd = os.pipe()
-        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd,
+        request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd, "module": module,
                               "deadline_unix_s": time.time() + REPLY_TIMEOUT_S}).encode()
         try:
             with self._lock:
@@ -245,9 +249,9 @@ def _become_host(sock: socket.socket, request: dict, stdout_fd: int, stderr_fd: 
         sys.path[0] = request["cwd"]  # as `python -m` would have it
         sys.argv = [sys.argv[0], *request["argv"]]
         _name_process(request["argv"])
-        from coach.platforms import host
+        entry = importlib.import_module(request.get("module") or HOST_MODULE)
 
-        code = host.main(request["argv"])
+        code = entry.main(request["argv"])
     except SystemExit as leaving:
         code = leaving.code if isinstance(leaving.code, int) else 2
     except BaseException:  # noqa: BLE001 - the host's log gets it

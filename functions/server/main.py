@@ -3,12 +3,16 @@
 One invocation = one epoch of this role, run in a child forked from the warm host (see functions/runtime.py).
 """
 
-from functions import runtime
+from functions import auth, runtime
 
 
 def init_context(context):
+    auth.init_context(context)
     runtime.init_host(context)
 
 
 def handler(context, event):
+    refused = auth.refusal(context, event)  # before anything else: only the run's controller may invoke it
+    if refused is not None:
+        return refused
     return runtime.handle_event(context, event, "server")

@@ -1,6 +1,8 @@
-"""The tiny Nuclio handler the Nuclio platform and fake-dashboard tests deploy (imports nothing heavy, so a host
-starts in well under a second). It echoes as tests/unit/fake_echo.py does, except for warm requests whose model
-path says what to do: `sleep:S` sleeps S seconds before replying, `exit:` ends the host process at once.
+"""The tiny Nuclio handler the Nuclio platform and fake-dashboard tests deploy (imports nothing heavy, so a pod
+starts in well under a second). Like Coach's functions it refuses a request without the run's token with 401
+(functions/auth.py); past that it echoes as tests/unit/fake_echo.py does, except for requests whose model path says
+what to do: `sleep:S` sleeps S seconds before replying, `exit:` ends the worker process at once. The path `/init`
+answers which process this is and which ran its `init_context`.
 """
 
 from __future__ import annotations
@@ -8,14 +10,22 @@ from __future__ import annotations
 import os
 import time
 
+from functions import auth
 from tests.unit import fake_echo
 
 
 def init_context(context) -> None:
+    auth.init_context(context)
     fake_echo.init_context(context)
+    context.user_data.init_pid = os.getpid()
 
 
 def handler(context, event):
+    refused = auth.refusal(context, event)
+    if refused is not None:
+        return refused
+    if event.path == "/init":
+        return {"pid": os.getpid(), "init_pid": context.user_data.init_pid, "worker_id": context.worker_id}
     body = event.body if isinstance(event.body, dict) else {}
     path = str((body.get("model") or {}).get("path") or "")
     if path.startswith("sleep:"):

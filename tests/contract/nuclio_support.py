@@ -40,6 +40,7 @@ def bind(core: client.CoreV1Api, pod_name: str, node: str, namespace: str = "def
     body = client.V1Binding(metadata=client.V1ObjectMeta(name=pod_name),
                             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
     response = core.create_namespaced_pod_binding(pod_name, namespace, body, _preload_content=False)
+    response.data  # noqa: B018 - read to its end: a connection given back unread breaks the next request on it
     response.release_conn()
     return response.status
 
@@ -60,7 +61,7 @@ def functions_copy(folder: Path, handler_for: Callable[[str], str] = lambda role
 
 @pytest.fixture
 def kubeconfig(tmp_path):
-    with FakeApiServer() as api:
+    with FakeApiServer(graceful_pod_deletion=True) as api:  # a bound pod stays Terminating, as on a real one
         yield api.write_kubeconfig(tmp_path / "kubeconfig")
 
 

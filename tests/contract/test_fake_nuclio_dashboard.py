@@ -1,16 +1,24 @@
 """The fake Nuclio dashboard speaks the real dashboard's protocol (read from nuclio/nuclio's pkg/dashboard and
-pkg/platform), checked with raw `requests` over loopback: status codes, bodies, headers, function states, the pod
-it makes in the fake kube-apiserver, and the warm host it starts once a scheduler binds that pod.
+pkg/platform), checked with raw `requests` over loopback: status codes, bodies, headers, function states, the pods
+it makes in the fake kube-apiserver, and the processes it runs once a scheduler binds a pod, as Nuclio does: one
+wrapper process per worker of the HTTP trigger, each running init_context itself, requests to a free one; a pod
+deleted stays Terminating, holding its node, until its processes end (within its grace period); a dead wrapper
+fails the pod and a replacement under a new name waits to be scheduled again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -29,11 +37,13 @@ TOKEN = "t0ken"
 LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist"}
 
 
-def function(name: str = "coach-mnist-worker-0", labels=None, **spec) -> dict:
+def function(name: str = "coach-mnist-worker-0", labels=None, workers: int = 2, **spec) -> dict:
+    """A function as Coach deploys one: one replica, an HTTP trigger of `workers` workers, the run's token in env."""
     return {"metadata": {"name": name, "labels": dict(LABELS if labels is None else labels)},
             "spec": {"image": "coach:1", "handler": HANDLER, "runtime": "python:3.11",
                      "env": [{"name": "COACH_FUNCTION_TOKEN", "value": TOKEN}, {"name": "A", "value": "1"},
                              {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                     "triggers": {"http": {"kind": "http", "numWorkers": workers}},
                      "minReplicas": 1, "maxReplicas": 1, **spec}}
 
 
@@ -62,6 +72,27 @@ def ready(dash, core, name: str = "coach-mnist-worker-0", node: str = "node-1") 
     assert bind(core, the_pod(core, name).metadata.name, node) == 201
     wait_for(lambda: dash.state(name) == "ready", what=f"{name} ready")
     return get(dash.url, name).json()
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie has ended)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2] not in "ZX"
+
+
+def parent_of(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rfind(")") + 2:].split()[1])
+
+
+def init(url: str, name: str = "coach-mnist-worker-0") -> dict:
+    """Which wrapper process answered, and which ran its init_context (tests/contract/nuclio_handler.py)."""
+    response = invoke(url, name, **{"X-Nuclio-Path": "/init"})
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -138,7 +169,9 @@ def test_ready_once_bound_with_the_invocation_urls_of_its_host(dashboard, core):
     response = invoke(dashboard.url, "coach-mnist-worker-0", {"x": [1, 2]})
     assert response.status_code == 200
     assert response.json()["body"] == {"x": [1, 2]} and response.json()["path"] == "/"
-    assert invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Coach-Token": "wrong"}).status_code == 403
+    for token in ("wrong", TOKEN.upper(), TOKEN[:-1], ""):  # the function's own check (functions/auth.py)
+        refused = invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Coach-Token": token})
+        assert (refused.status_code, refused.json()) == (401, {"error": "missing or wrong token"}), token
 
 
 def test_the_host_gets_the_functions_env_and_token(dashboard, core, tmp_path):
@@ -180,14 +213,17 @@ def test_unknown_functions(dashboard):
     assert delete(dashboard.url, "nothing").status_code == 204  # the real dashboard's delete is idempotent
 
 
-def test_delete_kills_the_host_and_deletes_the_pod(dashboard, core):
+def test_delete_forgets_the_function_at_once_and_stops_its_pod(dashboard, core):
     held = ready(dashboard, core)
     url = f"http://{held['status']['internalInvocationUrls'][0]}/"
     assert requests.get(url, headers={"X-Coach-Token": TOKEN}, timeout=5).status_code == 200
+    processes = dashboard.processes("coach-mnist-worker-0")
     response = delete(dashboard.url, "coach-mnist-worker-0")
     assert (response.status_code, response.content) == (204, b"")
     assert get(dashboard.url, "coach-mnist-worker-0").status_code == 404
-    assert not pods_of(core, "coach-mnist-worker-0")
+    wait_for(lambda: not pods_of(core, "coach-mnist-worker-0"), what="pod deleted")
+    assert not any(alive(pid) for pid in (processes["processor"], *processes["wrappers"]))
+    assert not processes["tmpdir"].exists()  # the pod's own temp dir goes with it
     with pytest.raises(requests.ConnectionError):
         requests.get(url, headers={"X-Coach-Token": TOKEN}, timeout=5)
 
@@ -235,17 +271,19 @@ def test_a_host_that_cannot_start_is_an_error(dashboard, core):
     assert bind(core, the_pod(core, "coach-mnist-worker-0").metadata.name, "node-1") == 201
     wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "error", what="error")
     message = get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"]
-    assert message.startswith("Failed to start the function: host did not become ready (see ")
+    assert message.startswith("Failed to start the function: processor did not become ready (see ")
 
 
-def test_no_token_no_host(dashboard, core):
+def test_a_function_without_a_token_refuses_every_request(dashboard, core, tmp_path):
     body = function()
     body["spec"]["env"] = []
     assert post(dashboard.url, body).status_code == 202
-    assert bind(core, the_pod(core, "coach-mnist-worker-0").metadata.name, "node-1") == 201
-    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "error", what="error")
-    assert get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"] == \
-        "Failed to start the function: COACH_FUNCTION_TOKEN is not set"
+    ready(dashboard, core)  # the dashboard knows nothing of tokens, as Nuclio's
+    for token in (TOKEN, ""):
+        response = invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Coach-Token": token})
+        assert (response.status_code, response.json()) == (401, {"error": "missing or wrong token"})
+    log = (tmp_path / "logs" / "mnist-worker-0.log").read_text()
+    assert log.count("COACH_FUNCTION_TOKEN is not set: every request is refused with 401") == 2  # each worker
 
 
 def test_readiness_timeout_makes_a_pending_function_unhealthy(dashboard, core):
@@ -261,6 +299,7 @@ def unschedulable(core, pod_name: str) -> None:
                                        "message": "0/3 nodes are available: gang waits"}]}}
     response = core.patch_namespaced_pod_status(pod_name, "default", body, _preload_content=False,
                                                 _content_type="application/strategic-merge-patch+json")
+    response.data  # noqa: B018 - read to its end before the connection goes back
     response.release_conn()
 
 
@@ -290,6 +329,145 @@ def test_fault_hooks(dashboard):
     with pytest.raises(requests.Timeout):
         requests.get(f"{dashboard.url}/api/functions", timeout=0.3)
     assert requests.get(f"{dashboard.url}/api/functions", timeout=5).status_code == 200
+
+
+# --------------------------------------------------------------------------- Nuclio's processes
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_each_trigger_worker_is_a_process_of_its_own_that_ran_init_context(dashboard, core, workers):
+    assert post(dashboard.url, function(workers=workers)).status_code == 202
+    ready(dashboard, core)
+    answers = [init(dashboard.url) for _ in range(2 * workers)]
+    processes = dashboard.processes("coach-mnist-worker-0")
+    wrappers = processes["wrappers"]
+    assert len(set(wrappers)) == workers and processes["processor"] not in wrappers
+    # the worker free longest takes the next request (Nuclio's worker pool): each in turn, twice round
+    assert [answer["pid"] for answer in answers] == wrappers * 2
+    assert [answer["worker_id"] for answer in answers] == list(range(workers)) * 2
+    assert all(answer["init_pid"] == answer["pid"] for answer in answers)  # init_context ran in that process
+    assert {parent_of(pid) for pid in wrappers} == {processes["processor"]}
+
+
+def test_a_request_goes_to_a_free_worker_while_another_is_busy(dashboard, core):
+    ready(dashboard, core)
+    first = init(dashboard.url)["pid"]  # worker 0; worker 1 is next
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(invoke, dashboard.url, "coach-mnist-worker-0", {"model": {"path": "sleep:2"}})
+        time.sleep(0.5)  # worker 1 is in that event
+        started = time.monotonic()
+        others = [init(dashboard.url)["pid"] for _ in range(3)]
+        took_s = time.monotonic() - started
+        assert busy.result(timeout=10).status_code == 200
+    assert others == [first] * 3  # the free one, each time
+    assert took_s < 1.0, took_s  # none of them waited for the busy worker
+
+
+def test_the_pod_belongs_to_a_deployment_and_carries_the_functions_placement(dashboard, core):
+    placement = {"nodeSelector": {"disk": "ssd"},
+                 "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                     "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In",
+                                                                  "values": ["a"]}]}]}}},
+                 "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    assert post(dashboard.url, function(**placement)).status_code == 202
+    pod = core.api_client.sanitize_for_serialization(the_pod(core, "coach-mnist-worker-0"))
+    hashed = pod["metadata"]["labels"]["pod-template-hash"]
+    assert re.fullmatch(rf"nuclio-coach-mnist-worker-0-{hashed}-[a-z0-9]{{5}}", pod["metadata"]["name"])
+    owner, = pod["metadata"]["ownerReferences"]
+    assert (owner["apiVersion"], owner["kind"], owner["name"], owner["controller"]) == \
+        ("apps/v1", "Deployment", "nuclio-coach-mnist-worker-0", True)
+    assert pod["spec"]["nodeSelector"] == placement["nodeSelector"]
+    assert pod["spec"]["affinity"] == placement["affinity"]
+    assert placement["tolerations"][0] in pod["spec"]["tolerations"]
+    assert pod["spec"]["schedulerName"] == SCHEDULER_NAME  # and the platform config's part
+    env = pod["spec"]["containers"][0]["env"]
+    assert {"name": "COACH_FUNCTION_TOKEN", "value": TOKEN} in env  # the function's env, as Nuclio passes it
+
+
+def test_a_deleted_pod_holds_its_node_until_its_processes_end(dashboard, core):
+    ready(dashboard, core)
+    processes = dashboard.processes("coach-mnist-worker-0")
+    answered = {}
+
+    def slow():
+        response = invoke(dashboard.url, "coach-mnist-worker-0", {"model": {"path": "sleep:2"}})
+        answered["at"], answered["status"] = time.monotonic(), response.status_code
+
+    caller = threading.Thread(target=slow)
+    caller.start()
+    time.sleep(0.5)  # a wrapper is in its event
+    assert delete(dashboard.url, "coach-mnist-worker-0").status_code == 204
+    terminating = wait_for(lambda: [p for p in pods_of(core, "coach-mnist-worker-0")
+                                    if p.metadata.deletion_timestamp is not None], what="pod Terminating")[0]
+    assert terminating.spec.node_name == "node-1" and terminating.metadata.deletion_grace_period_seconds == 30
+    while pods_of(core, "coach-mnist-worker-0"):  # the slot stays taken ...
+        assert alive(processes["processor"]) or "at" in answered
+        time.sleep(0.02)
+    gone_at = time.monotonic()
+    caller.join(timeout=10)
+    assert answered["status"] == 200  # ... while the event finishes: the wrapper drains, then the pod goes
+    assert gone_at >= answered["at"]
+    assert not any(alive(pid) for pid in (processes["processor"], *processes["wrappers"]))
+
+
+def test_the_grace_period_bounds_how_long_a_deleted_pod_stays(kubeconfig, core, tmp_path):
+    short = tmp_path / "platform.yaml"
+    short.write_text(yaml.safe_dump({"functionAugmentedConfigs": [{
+        "labelSelector": {"matchExpressions": [{"key": "coach.io/job", "operator": "Exists"}]},
+        "kubernetes": {"deployment": {"spec": {"template": {"spec": {
+            "schedulerName": SCHEDULER_NAME, "terminationGracePeriodSeconds": 1}}}}}}]}))
+    with FakeDashboard(kubeconfig, log_dir=tmp_path / "logs", platform_config=short) as dash:
+        ready(dash, core)
+        processes = dash.processes("coach-mnist-worker-0")
+        with ThreadPoolExecutor(1) as pool:
+            stuck = pool.submit(invoke, dash.url, "coach-mnist-worker-0", {"model": {"path": "sleep:30"}})
+            time.sleep(0.5)
+            assert delete(dash.url, "coach-mnist-worker-0").status_code == 204
+            deleted = time.monotonic()
+            wait_for(lambda: not pods_of(core, "coach-mnist-worker-0"), what="pod gone")
+            took_s = time.monotonic() - deleted
+            response = stuck.result(timeout=10)
+    assert 1.0 <= took_s < 4.0, took_s  # SIGKILL at the end of the grace period, then the pod deleted
+    assert response.status_code == 500 and response.json()["error"].endswith(": EOF")
+    assert not any(alive(pid) for pid in (processes["processor"], *processes["wrappers"]))
+
+
+def test_a_dead_worker_process_fails_the_pod_and_a_new_pod_must_be_scheduled(dashboard, core):
+    ready(dashboard, core)
+    before = dashboard.processes("coach-mnist-worker-0")
+    os.kill(before["wrappers"][1], signal.SIGKILL)
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "unhealthy", what="unhealthy")
+    assert get(dashboard.url, "coach-mnist-worker-0").json()["status"]["message"] == "Function is not healthy"
+    wait_for(lambda: not alive(before["processor"]) and not alive(before["wrappers"][0]),
+             what="the pod's processes end")
+    pods = wait_for(lambda: len(pods_of(core, "coach-mnist-worker-0")) == 2 and pods_of(core, "coach-mnist-worker-0"),
+                    what="a replacement pod")
+    by_name = {pod.metadata.name: pod for pod in pods}
+    old = by_name.pop(before["pod"])
+    new, = by_name.values()
+    assert old.status.phase == "Failed" and old.spec.node_name == "node-1"  # stays, as a failed pod does
+    assert new.spec.node_name is None and new.status.phase == "Pending"  # to be scheduled again
+    assert new.metadata.owner_references[0].uid == old.metadata.owner_references[0].uid
+    assert bind(core, new.metadata.name, "node-2") == 201
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "ready", what="ready again")
+    after = dashboard.processes("coach-mnist-worker-0")
+    assert (after["pod"], after["node"]) == (new.metadata.name, "node-2")
+    assert not set(after["wrappers"]) & set(before["wrappers"])
+    assert init(dashboard.url)["pid"] in after["wrappers"]
+
+
+def test_a_pod_deleted_under_a_running_function_is_replaced_once_it_is_gone(dashboard, core):
+    ready(dashboard, core)
+    before = dashboard.processes("coach-mnist-worker-0")
+    core.delete_namespaced_pod(before["pod"], "default")  # as `kubectl delete pod` would
+    replacement = wait_for(lambda: [p for p in pods_of(core, "coach-mnist-worker-0")
+                                    if p.metadata.name != before["pod"]], what="a replacement")[0]
+    assert before["pod"] not in [p.metadata.name for p in pods_of(core, "coach-mnist-worker-0")]  # gone first
+    assert replacement.spec.node_name is None
+    assert get(dashboard.url, "coach-mnist-worker-0").json()["status"]["state"] == "unhealthy", \
+        get(dashboard.url, "coach-mnist-worker-0").json()
+    assert bind(core, replacement.metadata.name, "node-1") == 201
+    wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "ready", what="ready again")
 
 
 @pytest.mark.integration  # a second Python that imports the kubernetes client: a few seconds

@@ -97,8 +97,8 @@ def test_function_config_carries_identity_image_token_and_env():
     assert spec["image"] == IMAGE and "build" not in spec
     assert spec["handler"] == "functions.worker.main:handler" and spec["runtime"] == "python:3.11"
     env = {entry["name"]: entry["value"] for entry in spec["env"]}
-    assert env == {"OMP_NUM_THREADS": "2", "DMLC_INTERFACE": "eth0", "COACH_CHECKPOINTS": "s3://b/p",
-                   "COACH_FUNCTION_TOKEN": TOKEN}
+    assert env == {"OMP_NUM_THREADS": "2", "DMLC_INTERFACE": "eth0", "COACH_EPOCHS_DIR": "coach-epochs",
+                   "COACH_CHECKPOINTS": "s3://b/p", "COACH_FUNCTION_TOKEN": TOKEN}
 
 
 @pytest.mark.parametrize("role", [role.value for role in Role])
@@ -277,7 +277,7 @@ def test_error_state_is_a_deploy_failure_with_the_dashboards_message(make_platfo
     failure = platform.deploy(WORKER, "node-a")
     assert isinstance(failure, Failure) and failure.kind == DEPLOY
     assert failure.message.startswith("nuclio function coach-lenet-worker-0: error: Failed to start the function: "
-                                      "host did not become ready")
+                                      "processor did not become ready")
 
 
 def test_invocation_outcomes_pass_through_as_values(make_platform, platform, core, dashboard):
@@ -288,7 +288,7 @@ def test_invocation_outcomes_pass_through_as_values(make_platform, platform, cor
 
     stranger = make_platform(token="another-run")
     failure = stranger.invoke(ref, WarmRequest("m"), timeout_s=5)
-    assert isinstance(failure, Failure) and failure.kind == REJECTED  # the host's 403, passed back
+    assert isinstance(failure, Failure) and failure.kind == REJECTED  # the function's 401, passed back
     assert failure.message == "missing or wrong token" and not failure.retryable
 
     failure = platform.invoke(ref, WarmRequest("exit:"), timeout_s=5)  # the host dies mid-request
@@ -311,7 +311,7 @@ def test_remove_deletes_only_the_instance_it_names(platform, core, dashboard):
     wait_for(lambda: not pods_of(core, "coach-lenet-worker-0"), what="pod deleted")
 
 
-def test_rendezvous_uses_a_free_port_on_loopback_and_the_fixed_port_on_a_cluster(platform):
+def test_rendezvous_uses_a_free_port_on_loopback_and_the_fixed_port_on_a_cluster(platform, make_platform, tmp_path):
     loopback = FunctionRef(SCHEDULER, "n", "http://127.0.0.1:1", "127.0.0.1", "i")
     host, port = platform.rendezvous_address(loopback)
     assert host == "127.0.0.1" and port != PS_PORT and 0 < port < 65536
@@ -320,8 +320,11 @@ def test_rendezvous_uses_a_free_port_on_loopback_and_the_fixed_port_on_a_cluster
     # host's next request: other ports
     assert platform.rendezvous_address(loopback, avoid_ports=frozenset({port}))[1] != port
     pod = FunctionRef(SCHEDULER, "n", "u", "10.244.1.7", "i")
-    # a pod's function runs a wrapper process per trigger worker: no node may join ahead there; the fakes' may
-    assert (platform.joins_ahead(loopback), platform.joins_ahead(pod)) == (True, False)
+    # a function runs a wrapper process per trigger worker (two): no node may join ahead, on a cluster or the fakes
+    assert (platform.joins_ahead(loopback), platform.joins_ahead(pod)) == (False, False)
+    single = make_platform(functions_dir=functions_copy(tmp_path / "single",
+                                                        edit=lambda text: text.replace("numWorkers: 2", "numWorkers: 1")))
+    assert (single.joins_ahead(loopback), single.joins_ahead(pod)) == (True, True)
     assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT})) == ("10.244.1.7", PS_PORT + 1)
     assert platform.rendezvous_address(pod, avoid_ports=frozenset({PS_PORT, PS_PORT + 1})) == \
         ("10.244.1.7", PS_PORT + 2)

@@ -2,30 +2,36 @@
 
 What it does, as the real dashboard and controller do (nuclio/nuclio pkg/dashboard/resource/function.go,
 invocation.go, project.go; pkg/platform/kube): `POST /api/functions` checks the body (400), the name (409 when
-it exists) and the project (412 when it does not), answers 202 at once and deploys in the background: it creates
-the function's pod in a kube-apiserver with the official `kubernetes` client (labels = the function's labels,
-Nuclio's class labels and `nuclio.io/function-name`; `spec.schedulerName` and the rest from the platform
-config's `functionAugmentedConfigs` whose label selector matches), reports `building` then `configuringResources`
-while it watches the pod until a scheduler binds it, then starts the function's real warm host
-(coach.platforms.local, the function's own `spec.handler` and env; the run's token from COACH_FUNCTION_TOKEN),
-marks the pod Running at 127.0.0.1 and reports `ready` with its invocation URL. A host that fails to start makes
-the function `error`; a host that dies makes it `unhealthy` ("Function is not healthy"), as Nuclio's function
-monitor does; a pod still unbound after `spec.readinessTimeoutSeconds` (default 120) makes it `unhealthy`, and so
-does a pod a scheduler marked Unschedulable unless `spec.waitReadinessTimeoutBeforeFailure` is true.
+it exists) and the project (412 when it does not), answers 202 at once and deploys in the background
+(tests/fakes/nuclio_pods.py): the function's Deployment, then its pod, in a kube-apiserver, with the official
+`kubernetes` client (labels = the function's labels, Nuclio's class labels and `nuclio.io/function-name`;
+`nodeSelector`, `affinity`, `tolerations` from the function spec; `spec.schedulerName` and the rest from the
+platform config's `functionAugmentedConfigs` whose label selector matches). It reports `building` then
+`configuringResources` while it watches the pod until a scheduler binds it, then runs the pod as Nuclio's processor
+does (tests/fakes/nuclio_processor.py: one wrapper process per worker of the function's HTTP trigger, each loading
+the handler itself; requests go to a free one), with the function's own env, marks the pod Running at 127.0.0.1
+and reports `ready` with its invocation URL. A pod whose processor cannot start makes the function `error`; one
+whose processor dies (a wrapper died) or that is deleted makes it `unhealthy` ("Function is not healthy") while a
+replacement pod, under a new name, waits for a scheduler, and `ready` again once it runs; a first pod still unbound
+after `spec.readinessTimeoutSeconds` (default 120) makes it `unhealthy`, and so does one a scheduler marked
+Unschedulable unless `spec.waitReadinessTimeoutBeforeFailure` is true. The dashboard checks no token: the functions
+do (functions/auth.py), as on Nuclio.
 
-`DELETE /api/functions` (body `{"metadata": {"name", "namespace"}}`) kills the host and deletes the pod; it
-answers 204, also for a function that does not exist (the real one is idempotent), and 412 for a function still
-being provisioned unless `X-Nuclio-Delete-Function-Ignore-State-Validation: true`. `POST
-/api/function_invocations` sends the request to the host (the caller's headers but Nuclio's own, plus
-`X-Nuclio-Target`; `X-Nuclio-Invoke-Timeout` as a Go duration, default 1 minute) and passes its status and body
-back; its own failures are the real dashboard's: 404 `Function not found`, 500 `Invocation URL is required` for a
-function not ready yet, 500 with Go's client error for a timeout or a refused connection.
+`DELETE /api/functions` (body `{"metadata": {"name", "namespace"}}`) forgets the function at once and deletes its
+Deployment and pods in the background, each pod stopped within its grace period; it answers 204, also for a
+function that does not exist (the real one is idempotent), and 412 for a function still being provisioned unless
+`X-Nuclio-Delete-Function-Ignore-State-Validation: true`. `POST /api/function_invocations` sends the request to the
+function's pod (the caller's headers but Nuclio's own, plus `X-Nuclio-Target`; `X-Nuclio-Invoke-Timeout` as a Go
+duration, default 1 minute) and passes its status and body back; its own failures are the real dashboard's: 404
+`Function not found`, 500 `Invocation URL is required` for a function not ready yet, 500 with Go's client error for
+a timeout or a refused connection.
 
 Test hooks (`dash.faults`): `fail_next(path_prefix, status=500, times=1)` answers the next requests with that
-status; `hang(path_prefix, seconds, times=1)` holds them that long, then drops the connection.
+status; `hang(path_prefix, seconds, times=1)` holds them that long, then drops the connection. `dash.processes(name)`
+tells the running pod's name, node, processor and wrapper pids and temp dir.
 
-Side effects: an HTTP server thread, one deploy thread per function, one health-check thread, warm host processes,
-pods in the kube-apiserver, one log file per function under `log_dir`.
+Side effects: an HTTP server thread, one thread per function, processes, Deployments and pods in the kube-apiserver,
+one log file per function under `log_dir`, a temp dir per pod (in `log_dir` too).
 Run alone: `python -m tests.fakes.nuclio_dashboard --kubeconfig PATH --port P --logs DIR` (prints `READY <url>`).
 """
 
@@ -35,10 +41,11 @@ import argparse
 import copy
 import json
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,38 +54,25 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 import urllib3
-import yaml
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client, config
 
-from coach.domain.identity import FunctionId, Role
-from coach.domain.invocation import Failure, FunctionRef
-from coach.domain.kube import NUCLIO_FUNCTION_LABEL
-from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
-from coach.platforms.local import LOOPBACK, LocalPlatform
+from tests.fakes.nuclio_config import (  # noqa: F401 - the pure parts, also imported from here
+    CLASS_LABELS, CONTAINER_NAME, HTTP_PORT, PROJECT_LABEL, deep_merge, fill_empty, function_id, go_duration_s,
+    load_platform_config, pod_labels, selector_matches,
+)
+from tests.fakes.nuclio_pods import LOOPBACK, FunctionPods
 
 #: Nuclio's platform config as deploy/ ships it (functionAugmentedConfigs set Coach's schedulerName).
 PLATFORM_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "nuclio" / "platform.yaml"
 
-#: Labels Nuclio's controller adds to every function's resources (pkg/platform/kube/functionres/lazy.go).
-CLASS_LABELS = {"nuclio.io/class": "function", "nuclio.io/app": "functionres", "nuclio.io/function-version": "latest"}
-PROJECT_LABEL = "nuclio.io/project-name"
 DEFAULT_PROJECT = "default"
-CONTAINER_NAME = "nuclio"  # the function container's name in Nuclio's pods
-HTTP_PORT = 8080  # the container port of Nuclio's HTTP trigger
-
 DEFAULT_INVOKE_TIMEOUT_S = 60.0  # platform.FunctionInvocationDefaultTimeout
-DEFAULT_READINESS_TIMEOUT_S = 120  # platformconfig.DefaultFunctionReadinessTimeoutSeconds
-HEALTH_INTERVAL_S = 0.3
-WATCH_TIMEOUT_S = 1  # a pod watch ends this often, so a deleted function's thread notices
 MAX_BODY_BYTES = 16 * 1024 * 1024
-UNHEALTHY_MESSAGE = "Function is not healthy"  # common.FunctionStateMessageUnhealthy
 PROVISIONED = frozenset({"ready", "error", "unhealthy", "scaledToZero", "imported"})
+JOIN_TIMEOUT_S = 10.0
 
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_GO_DURATION = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_GO_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te",
                          "upgrade", "proxy-authorization", "proxy-authenticate", "trailer"})
 
@@ -92,121 +86,19 @@ class ApiError(Exception):
         self.message = message
 
 
-# --------------------------------------------------------------------------- pure helpers
-
-
-def go_duration_s(text: str) -> float:
-    """Seconds of a Go duration ("30s", "1m30s", "1500ms"), or ValueError, as Go's time.ParseDuration reads it."""
-    body = text.strip()
-    sign = -1.0 if body.startswith("-") else 1.0
-    body = body.lstrip("+-")
-    if body == "0":
-        return 0.0
-    if not body or _GO_DURATION.sub("", body):
-        raise ValueError(f"time: invalid duration {text!r}")
-    return sign * sum(float(number) * _GO_UNITS_S[unit] for number, unit in _GO_DURATION.findall(body))
-
-
-def selector_matches(selector: Mapping | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector against labels; an empty selector matches everything (as LabelSelectorAsSelector)."""
-    selector = selector or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or ():
-        key, operator = expression.get("key"), expression.get("operator")
-        values = expression.get("values") or ()
-        if operator == "In" and labels.get(key) not in values:
-            return False
-        if operator == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if operator == "Exists" and key not in labels:
-            return False
-        if operator == "DoesNotExist" and key in labels:
-            return False
-        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise ValueError(f"label selector: unknown operator {operator!r}")
-    return True
-
-
-def deep_merge(base: dict, overlay: Mapping) -> dict:
-    """`overlay` over `base`: mappings merge key by key, anything else replaces."""
-    for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            deep_merge(base[key], value)
-        else:
-            base[key] = copy.deepcopy(value)
-    return base
-
-
-def fill_empty(base: dict, overlay: Mapping) -> dict:
-    """`overlay` into the fields of `base` that are missing or empty, as mergo.Merge without override does (how
-    Nuclio merges an augmented config's `kubernetes.deployment` into the Deployment it generates)."""
-    for key, value in overlay.items():
-        current = base.get(key)
-        if isinstance(value, Mapping) and isinstance(current, dict):
-            fill_empty(current, value)
-        elif current in (None, "", 0, False, [], {}):
-            base[key] = copy.deepcopy(value)
-    return base
-
-
-def load_platform_config(path: Path) -> list[dict]:
-    """The `functionAugmentedConfigs` of a Nuclio platform config: the file itself, or a ConfigMap holding it
-    under `platform.yaml`. ValueError (one line naming the file) when it is neither."""
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ValueError(f"{path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not YAML ({getattr(error, 'problem', error)})") from None
-    if isinstance(document, Mapping) and document.get("kind") == "ConfigMap":
-        text = (document.get("data") or {}).get("platform.yaml")
-        if not isinstance(text, str):
-            raise ValueError(f"{path}: ConfigMap without data.platform.yaml")
-        document = yaml.safe_load(text)
-    if not isinstance(document, Mapping):
-        raise ValueError(f"{path}: expected a Nuclio platform config (a mapping)")
-    augmented = document.get("functionAugmentedConfigs") or []
-    if not isinstance(augmented, list) or not all(isinstance(entry, Mapping) for entry in augmented):
-        raise ValueError(f"{path}: functionAugmentedConfigs: expected a list of mappings")
-    return [dict(entry) for entry in augmented]
-
-
-def function_id(labels: Mapping[str, str], name: str) -> FunctionId:
-    """The Coach identity in the labels; a function without one is served as a worker named after itself."""
-    try:
-        return FunctionId.from_labels(labels)
-    except (KeyError, ValueError):
-        return FunctionId(name, Role.WORKER, 0)
-
-
-def host_env(spec: Mapping) -> dict[str, str]:
-    """The function's env as its host sees it: plain values, and the pod IP (127.0.0.1) for fieldRef status.podIP."""
-    env: dict[str, str] = {}
-    for entry in spec.get("env") or ():
-        if "value" in entry:
-            env[entry["name"]] = str(entry["value"])
-        elif ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "status.podIP":
-            env[entry["name"]] = LOOPBACK
-    return env
-
-
 # --------------------------------------------------------------------------- state
 
 
 @dataclass
 class _Function:
-    """One function the dashboard holds; `lock` guards status, platform and ref."""
+    """One function the dashboard holds; `lock` guards status."""
 
     meta: dict
     spec: dict
     status: dict = field(default_factory=lambda: {"state": "waitingForResourceConfiguration"})
     lock: threading.Lock = field(default_factory=threading.Lock)
     deleted: threading.Event = field(default_factory=threading.Event)
-    pod: str | None = None
-    platform: LocalPlatform | None = None
-    ref: FunctionRef | None = None
+    pods: FunctionPods | None = None
     thread: threading.Thread | None = None
 
     @property
@@ -223,9 +115,18 @@ class _Function:
                     "status": copy.deepcopy(self.status)}
 
     def set_state(self, state: str, message: str = "", **extra) -> None:
+        """A new state; the invocation URLs of the last pod that ran are kept (a Service keeps its address)."""
         with self.lock:
-            if not self.deleted.is_set():
-                self.status = {"state": state, **({"message": message} if message else {}), **extra}
+            if self.deleted.is_set():
+                return
+            kept = {key: self.status[key] for key in ("httpPort", "internalInvocationUrls", "externalInvocationUrls")
+                    if key in self.status}
+            self.status = {"state": state, **({"message": message} if message else {}), **kept, **extra}
+
+    def serving(self, port: int) -> None:
+        """Its pod runs and answers on `port`: ready, invoked there."""
+        self.set_state("ready", httpPort=port, internalInvocationUrls=[f"{LOOPBACK}:{port}"],
+                       externalInvocationUrls=[])
 
 
 class Faults:
@@ -266,7 +167,7 @@ class Faults:
 
 
 class FakeDashboard:
-    """The fake dashboard; `start()` serves on host:port, `stop()` kills every host it started."""
+    """The fake dashboard; `start()` serves on host:port, `stop()` kills every pod's processes it started."""
 
     def __init__(self, kubeconfig: Path, namespace: str = "default", *, log_dir: Path,
                  platform_config: Path = PLATFORM_CONFIG, host: str = "127.0.0.1", port: int = 0):
@@ -276,13 +177,16 @@ class FakeDashboard:
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         self._api = client.ApiClient(configuration)
-        self._core = client.CoreV1Api(self._api)
         self._lock = threading.Lock()
         self._functions: dict[tuple[str, str], _Function] = {}
+        self._leaving: list[_Function] = []  # deleted, their pods still stopping
         self._projects: set[tuple[str, str]] = {(namespace, DEFAULT_PROJECT)}
         self._version = 0
         self._stopping = threading.Event()
         self.faults = Faults(self._stopping)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # each pod's own temp dir is in it: under the log dir, so that a dashboard killed hard leaves none in /tmp
+        self._pods_dir = Path(tempfile.mkdtemp(prefix=".pods-", dir=self.log_dir))
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._threads: list[threading.Thread] = []
@@ -294,30 +198,33 @@ class FakeDashboard:
         return f"http://{host}:{port}"
 
     def start(self) -> "FakeDashboard":
-        for target, name in ((self._server.serve_forever, "fake-nuclio-http"),
-                             (self._monitor, "fake-nuclio-health")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._server.serve_forever, name="fake-nuclio-http", daemon=True)
+        thread.start()
+        self._threads.append(thread)
         return self
 
     def stop(self) -> None:
-        """Stop serving, stop every deploy, kill every host; pods are left to the apiserver's owner."""
+        """Stop serving, stop every function's thread, kill every pod's processes; pods are left in the apiserver."""
         if self._stopping.is_set():
             return
         self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         with self._lock:
-            functions, self._functions = list(self._functions.values()), {}
+            functions, self._functions = [*self._functions.values(), *self._leaving], {}
+            self._leaving = []
         for function in functions:
-            self._halt(function)
+            if function.pods is not None:
+                function.pods.kill()
         for function in functions:
             if function.thread is not None:
-                function.thread.join(timeout=10)
+                function.thread.join(timeout=JOIN_TIMEOUT_S)
+            if function.pods is not None:
+                function.pods.kill()  # one that started while this stopped
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=JOIN_TIMEOUT_S)
         self._api.close()
+        shutil.rmtree(self._pods_dir, ignore_errors=True)
 
     def __enter__(self) -> "FakeDashboard":
         return self.start()
@@ -337,6 +244,21 @@ class FakeDashboard:
         with self._lock:
             function = self._functions.get((namespace or self.namespace, name))
         return None if function is None else function.attributes()["status"].get("state")
+
+    def processes(self, name: str, namespace: str | None = None) -> dict | None:
+        """The function's running pod: its name, node, processor pid, wrapper pids, temp dir (for tests)."""
+        with self._lock:
+            function = self._functions.get((namespace or self.namespace, name))
+        return None if function is None or function.pods is None else function.pods.processes()
+
+    def settled(self, timeout_s: float = JOIN_TIMEOUT_S) -> bool:
+        """Wait until every deleted function's pods are gone (for tests); whether they are."""
+        with self._lock:
+            leaving = list(self._leaving)
+        for function in leaving:
+            if function.thread is not None:
+                function.thread.join(timeout=timeout_s)
+        return not any(function.thread is not None and function.thread.is_alive() for function in leaving)
 
     # -- functions ----------------------------------------------------------------------------------------------
     def _namespace(self, headers) -> str:
@@ -376,7 +298,7 @@ class FakeDashboard:
         if not isinstance(spec.get("handler"), str) or ":" not in spec["handler"]:
             raise ApiError(400, "Failed to parse JSON body: spec.handler must name module:function")
         key = (meta["namespace"], name)
-        function_labels = {**meta["labels"], **CLASS_LABELS, NUCLIO_FUNCTION_LABEL: name}
+        function_labels = pod_labels(meta)
         for augmented in self.augmented:
             if selector_matches(augmented.get("labelSelector"), function_labels):
                 overlay = augmented.get("functionConfig") or {}
@@ -389,9 +311,10 @@ class FakeDashboard:
             self._version += 1
             meta["resourceVersion"] = str(self._version)
             function = _Function(meta, spec, {"state": "building"})
+            function.pods = FunctionPods(function, self._api, self.augmented, self.log_dir, self._pods_dir,
+                                         self._stopping, function.serving)
             self._functions[key] = function
-        function.thread = threading.Thread(target=self._deploy, args=(function,), name=f"fake-nuclio-{name}",
-                                           daemon=True)
+        function.thread = threading.Thread(target=function.pods.run, name=f"fake-nuclio-{name}", daemon=True)
         function.thread.start()
 
     def get_function(self, name: str, namespace: str) -> dict:
@@ -423,218 +346,8 @@ class FakeDashboard:
             if not ignore_state and function.attributes()["status"].get("state") not in PROVISIONED:
                 raise ApiError(412, "Function is being provisioned and cannot be deleted")
             del self._functions[key]
-        self._halt(function)
-        self._delete_pod(function)
-
-    def _halt(self, function: _Function) -> None:
-        with function.lock:
-            function.deleted.set()
-            platform, function.platform = function.platform, None
-        if platform is not None:
-            platform.close()
-
-    # -- deploying ----------------------------------------------------------------------------------------------
-    def _deploy(self, function: _Function) -> None:
-        try:
-            self._deploy_steps(function)
-        except Exception as error:  # noqa: BLE001 - becomes the function's state, as a controller error would
-            function.set_state("error", f"Failed to deploy function: {type(error).__name__}: {error}")
-
-    def _deploy_steps(self, function: _Function) -> None:
-        pod_name = self._create_pod(function)
-        if pod_name is None:
-            return
-        function.set_state("configuringResources")
-        node = self._wait_bound(function, pod_name)
-        if node is None:
-            return
-        ref = self._start_host(function, node)
-        if ref is None:
-            return
-        self._mark_running(function, pod_name)
-        function.set_state("ready", httpPort=int(ref.url.rsplit(":", 1)[1].strip("/")),
-                           internalInvocationUrls=[ref.url.removeprefix("http://").rstrip("/")],
-                           externalInvocationUrls=[])
-
-    def _pod(self, function: _Function) -> dict:
-        labels = {**function.meta["labels"], **CLASS_LABELS, NUCLIO_FUNCTION_LABEL: function.name}
-        spec = function.spec
-        container = {"name": CONTAINER_NAME, "image": spec["image"], "env": list(spec.get("env") or []),
-                     "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]}
-        if spec.get("resources"):
-            container["resources"] = spec["resources"]
-        template = {"metadata": {"generateName": f"nuclio-{function.name}-", "namespace": function.namespace,
-                                 "labels": labels, "annotations": {"nuclio.io/function-name": function.name}},
-                    "spec": {"containers": [container], "restartPolicy": "Always"}}
-        for augmented in self.augmented:
-            if selector_matches(augmented.get("labelSelector"), labels):
-                deployment = (augmented.get("kubernetes") or {}).get("deployment") or {}
-                fill_empty(template, ((deployment.get("spec") or {}).get("template") or {}))
-        return {"apiVersion": "v1", "kind": "Pod", **template}
-
-    def _create_pod(self, function: _Function) -> str | None:
-        try:
-            response = self._core.create_namespaced_pod(function.namespace, self._pod(function),
-                                                        _preload_content=False, _request_timeout=10)
-            created = json.loads(response.data)
-        except ApiException as error:
-            function.set_state("error", f"Failed to create/update function: pod: HTTP {error.status}: "
-                                        f"{_status_message(error)}")
-            return None
-        pod_name = created["metadata"]["name"]
-        with function.lock:
-            function.pod = pod_name
-            deleted = function.deleted.is_set()
-        if deleted:  # deleted while the pod was being created
-            self._delete_pod(function)
-            return None
-        return pod_name
-
-    def _wait_bound(self, function: _Function, pod_name: str) -> str | None:
-        """The pod's node once a scheduler binds it, from a read then watches of the pod; None when the function is
-        deleted or has failed first (its state then says why)."""
-        readiness_s = float(function.spec.get("readinessTimeoutSeconds") or DEFAULT_READINESS_TIMEOUT_S)
-        fail_fast = not function.spec.get("waitReadinessTimeoutBeforeFailure", False)
-        deadline = time.monotonic() + readiness_s
-        version = None
-        while not function.deleted.is_set():
-            if time.monotonic() >= deadline:
-                function.set_state("unhealthy", "Failed to wait for function resources to be available: "
-                                                f"pod {pod_name} not scheduled within {readiness_s:g} s")
-                return None
-            watcher = watch.Watch()
-            try:
-                if version is None:
-                    response = self._core.read_namespaced_pod(pod_name, function.namespace,
-                                                              _preload_content=False, _request_timeout=10)
-                    pod = json.loads(response.data)
-                    version = pod["metadata"].get("resourceVersion")
-                    events = iter([{"type": "MODIFIED", "raw_object": pod}])
-                else:
-                    events = watcher.stream(self._core.list_namespaced_pod, function.namespace,
-                                            field_selector=f"metadata.name={pod_name}", resource_version=version,
-                                            timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
-                                            _request_timeout=WATCH_TIMEOUT_S + 5)
-                for event in events:
-                    pod = event["raw_object"]
-                    version = (pod.get("metadata") or {}).get("resourceVersion") or version
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    outcome = self._judge(function, pod_name, event["type"], pod, fail_fast)
-                    if outcome is not None or function.deleted.is_set():
-                        watcher.stop()
-                        return outcome or None
-            except ApiException as error:
-                if error.status == 404:
-                    function.set_state("error", f"Failed to wait for function resources: pod {pod_name} is gone")
-                    return None
-                version = None  # 410 Gone or a broken watch: read the pod again
-                self._stopping.wait(0.1)
-            except (urllib3.exceptions.HTTPError, OSError, ValueError):
-                version = None
-                self._stopping.wait(0.2)
-        return None
-
-    @staticmethod
-    def _judge(function: _Function, pod_name: str, kind: str, pod: Mapping, fail_fast: bool) -> str | None:
-        """The node of a bound pod; "" when the function has failed (its state set); None to keep waiting."""
-        if kind == "DELETED":
-            function.set_state("error", f"Failed to wait for function resources: pod {pod_name} is gone")
-            return ""
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node:
-            return node
-        if fail_fast and _unschedulable(pod):
-            function.set_state("unhealthy", "Failed to verify at least one pod schedulability: "
-                                            f"NuclioFunction pod ({pod_name}) is unschedulable")
-            return ""
-        return None
-
-    def _start_host(self, function: _Function, node: str) -> FunctionRef | None:
-        env = host_env(function.spec)
-        token = env.pop(TOKEN_ENV, "")
-        fid = function_id(function.meta["labels"], function.name)
-        platform = LocalPlatform(self.log_dir, token, env=env, handlers={fid.role: function.spec["handler"]})
-        with function.lock:
-            if function.deleted.is_set():
-                platform.close()
-                return None
-            function.platform = platform
-        if not token:  # the host refuses to serve without one; say so rather than wait for it to exit
-            function.set_state("error", f"Failed to start the function: {TOKEN_ENV} is not set")
-            return None
-        result = platform.deploy(fid, node)
-        if isinstance(result, Failure):
-            function.set_state("error", f"Failed to start the function: {result.message}")
-            return None
-        with function.lock:
-            if function.deleted.is_set():
-                return None  # _halt closed the platform, which killed the host
-            function.ref = result
-        return result
-
-    def _mark_running(self, function: _Function, pod_name: str) -> None:
-        """The pod as the kubelet would report it: Running at 127.0.0.1, Ready."""
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {"status": {
-            "phase": "Running", "podIP": LOOPBACK, "podIPs": [{"ip": LOOPBACK}], "hostIP": LOOPBACK,
-            "startTime": now,
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now},
-                           {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                           {"type": "Initialized", "status": "True", "lastTransitionTime": now}],
-            "containerStatuses": [{"name": CONTAINER_NAME, "ready": True, "restartCount": 0, "started": True,
-                                   "image": function.spec["image"], "imageID": "",
-                                   "state": {"running": {"startedAt": now}}}],
-        }}
-        try:
-            response = self._core.patch_namespaced_pod_status(
-                pod_name, function.namespace, body, _content_type="application/strategic-merge-patch+json",
-                _preload_content=False, _request_timeout=10)
-            response.release_conn()
-        except (ApiException, urllib3.exceptions.HTTPError, OSError):
-            pass  # the pod's status is for people; the function's state is what Coach reads
-
-    def _delete_pod(self, function: _Function) -> None:
-        with function.lock:
-            pod_name = function.pod
-        if pod_name is None:
-            return
-        try:
-            response = self._core.delete_namespaced_pod(pod_name, function.namespace, _preload_content=False,
-                                                        _request_timeout=10)
-            response.release_conn()
-        except ApiException as error:
-            if error.status != 404:
-                raise ApiError(500, f"Failed to delete function: pod {pod_name}: HTTP {error.status}") from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise ApiError(500, f"Failed to delete function: pod {pod_name}: {type(error).__name__}") from None
-
-    # -- health -------------------------------------------------------------------------------------------------
-    def _monitor(self) -> None:
-        """Ready functions whose host stops answering become unhealthy, and ready again when it answers."""
-        with requests.Session() as session:
-            while not self._stopping.wait(HEALTH_INTERVAL_S):
-                with self._lock:
-                    functions = list(self._functions.values())
-                for function in functions:
-                    with function.lock:
-                        ref, state = function.ref, function.status.get("state")
-                    if ref is None or state not in ("ready", "unhealthy"):
-                        continue
-                    token = host_env(function.spec).get(TOKEN_ENV, "")
-                    try:
-                        session.get(ref.url, headers={TOKEN_HEADER: token}, timeout=1.0).close()
-                        healthy = True
-                    except requests.RequestException:
-                        healthy = False
-                    if healthy and state == "unhealthy":
-                        with function.lock:
-                            function.status = {**function.status, "state": "ready"}
-                            function.status.pop("message", None)
-                    elif not healthy and state == "ready":
-                        with function.lock:
-                            function.status = {**function.status, "state": "unhealthy",
-                                               "message": UNHEALTHY_MESSAGE}
+            self._leaving = [f for f in self._leaving if f.thread is not None and f.thread.is_alive()] + [function]
+            function.deleted.set()  # its thread deletes the Deployment and the pods, each within its grace period
 
     # -- invocations --------------------------------------------------------------------------------------------
     def invoke(self, method: str, headers, body: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -810,20 +523,6 @@ class FakeDashboard:
 
         return Handler
 
-
-def _status_message(error: ApiException) -> str:
-    try:
-        return json.loads(error.body or "{}").get("message") or str(error.reason)
-    except (ValueError, AttributeError):
-        return str(error.reason)
-
-
-def _unschedulable(pod: Mapping) -> bool:
-    """Pending with PodScheduled=False for reason Unschedulable: what Nuclio's controller fails fast on."""
-    status = pod.get("status") or {}
-    return (status.get("phase", "Pending") == "Pending"
-            and any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") ==
-                    "Unschedulable" for c in status.get("conditions") or ()))
 
 
 def main(argv=None) -> int:

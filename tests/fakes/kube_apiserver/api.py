@@ -7,6 +7,7 @@ same under /apis/<group>/<version>; a legacy `watch/` segment after the version 
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -134,8 +135,10 @@ def _object_body(rt: ResourceType, body: bytes, content_type: str | None) -> Obj
 class Api:
     """Serves the resource table from a Store."""
 
-    def __init__(self, store: Store, server_address: Callable[[], str], now: Callable[[], str]):
+    def __init__(self, store: Store, server_address: Callable[[], str], now: Callable[[], str],
+                 graceful_pod_deletion: bool = False):
         self.store = store
+        self._graceful_pod_deletion = graceful_pod_deletion  # see FakeApiServer
         self._server_address = server_address  # host:port, for /api's serverAddressByClientCIDRs
         self._now = now  # RFC 3339 timestamps for conditions
         self.binding_attempts: list[tuple[str, str, int]] = []  # (namespace, pod, HTTP status) per binding POST
@@ -343,6 +346,36 @@ class Api:
         updated = self.store.mutate(rt, self._namespace(route), name, change)
         return Reply(200, self._show(rt, updated, accept, query))
 
+    def _terminate(self, route: _Route, options: dict, preconditions: dict | None) -> Obj | None:
+        """A graceful pod deletion, as the pod registry's CheckGracefulDelete: a pod that is bound, not Succeeded
+        or Failed, deleted with a grace period (the request's, else its terminationGracePeriodSeconds) gets a
+        deletionTimestamp and stays; None when it must go now (or is terminating with a shorter period already)."""
+        namespace = self._namespace(route)
+        pod = self.store.get(PODS, namespace, route.name)
+        grace = options.get("gracePeriodSeconds")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        phase = (pod.get("status") or {}).get("phase")
+        if not grace or grace < 0 or not (pod.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
+            return None
+        current_grace = pod["metadata"].get("deletionGracePeriodSeconds")
+
+        def change(current: Obj) -> Obj:
+            for field_name in ("uid", "resourceVersion"):
+                want = (preconditions or {}).get(field_name)
+                if want and want != current["metadata"].get(field_name):
+                    found = current["metadata"].get(field_name)
+                    raise conflict("pods", "", route.name,
+                                   f"Precondition failed: {field_name} in precondition: {want}, in object meta: {found}")
+            meta = dict(current["metadata"])
+            if current_grace is None or grace < current_grace:  # a later delete may only shorten the period
+                when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=grace)
+                meta["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")  # when the period ends, as real
+                meta["deletionGracePeriodSeconds"] = grace
+            return {**current, "metadata": meta}
+
+        return self.store.mutate(PODS, namespace, route.name, change)
+
     def _delete(self, route: _Route, query: Mapping[str, str], accept: str, content_type: str | None, body: bytes
                 ) -> Reply:
         rt = route.rt
@@ -353,6 +386,10 @@ class Api:
         if route.name is not None:
             if "delete" not in rt.verbs:
                 raise method_not_allowed()
+            if rt is PODS and self._graceful_pod_deletion:
+                terminating = self._terminate(route, options if isinstance(options, dict) else {}, preconditions)
+                if terminating is not None:
+                    return Reply(200, terminating)
             gone = self.store.delete(rt, self._namespace(route), route.name, preconditions)
             return Reply(200, kinds.from_storage(rt, gone))
         if "deletecollection" not in rt.verbs:

@@ -254,13 +254,18 @@ class FakeApiServer:
     """A kube-apiserver on loopback that the official client and kubectl talk to; see the package docstring."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, watch_history: int = 10_000,
-                 bookmark_interval_s: float = 1.0, max_body_bytes: int = MAX_BODY_BYTES):
+                 bookmark_interval_s: float = 1.0, max_body_bytes: int = MAX_BODY_BYTES,
+                 graceful_pod_deletion: bool = False):
+        """`graceful_pod_deletion`: a bound, running pod deleted with a grace period stays, Terminating, until a
+        delete with gracePeriodSeconds=0 (as on a real apiserver, where the kubelet sends that one); off, every
+        delete removes at once."""
         if bookmark_interval_s <= 0:
             raise ValueError(f"bookmark_interval_s must be positive, not {bookmark_interval_s}")
         self._address = (host, port)
         self.store = Store(watch_history)
         self._bookmark_interval_s = bookmark_interval_s
         self._max_body_bytes = max_body_bytes
+        self._graceful_pod_deletion = graceful_pod_deletion
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.api: Api | None = None  # after start(); its `binding_attempts` are what tests count
@@ -274,7 +279,8 @@ class FakeApiServer:
     def start(self) -> "FakeApiServer":
         if self._server is not None:
             return self
-        api = self.api = Api(self.store, lambda: f"{self.host}:{self.port}", utc_now)
+        api = self.api = Api(self.store, lambda: f"{self.host}:{self.port}", utc_now,
+                             graceful_pod_deletion=self._graceful_pod_deletion)
         self._server = _Server(self._address, api, self._bookmark_interval_s, self._max_body_bytes)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"fake-apiserver-{self.port}", daemon=True)
