@@ -100,8 +100,9 @@ class Workloads(Protocol):
     """What makes a function's pod on Kubernetes (the Nuclio dashboard's Deployments); used by the kube Placement,
     which then waits for Coach's scheduler to bind the pod."""
 
-    def create(self, fid: FunctionId) -> Failure | None:
-        """Ask for the function's workload; its pod appears later. A failure value when it was refused."""
+    def create(self, fid: FunctionId, scheduler_name: str) -> Failure | None:
+        """Ask for the function's workload, its pod to be bound by the scheduler of that name (Coach's or the
+        cluster's default); the pod appears later. A failure value when it was refused."""
         ...
 
     def delete(self, fid: FunctionId) -> Failure | None:

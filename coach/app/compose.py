@@ -101,10 +101,12 @@ def _nuclio(logs: Path, token: str, site: Site) -> Platform:
 
 
 def _kube(cluster: ClusterSpec, profile: str, platform: Platform, site: Site) -> Placement:
-    """Coach's scheduler binds the pods (its own profile, set where it runs); `platform` makes them."""
+    """`platform` makes the pods; `coach scheduler` binds them (its own profile, set where it runs), or, for the
+    `default` profile, the cluster's kube-scheduler."""
+    from coach.domain.kube import kube_scheduler_name
     from coach.placement.kube import KubePlacement
 
-    return KubePlacement(kube_api(site), site.namespace, workloads=platform)
+    return KubePlacement(kube_api(site), site.namespace, workloads=platform, scheduler_name=kube_scheduler_name(profile))
 
 
 #: Platform name -> factory(log folder, run token, site).

@@ -7,10 +7,27 @@ spells them out as YAML, and a test checks that the two agree.
 
 from __future__ import annotations
 
-#: `spec.schedulerName` of every Coach pod; Nuclio's platform config sets it on the functions' Deployments.
+#: `spec.schedulerName` of Coach's pods; Nuclio's platform config sets it on the functions' Deployments.
 SCHEDULER_NAME = "coach-scheduler"
 
-#: Node label that gives a node's slots for Coach's functions (else the node's allocatable `pods`).
+#: The schedulerName of the cluster's own scheduler (kube-scheduler).
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+
+#: On Kubernetes, who binds a run's pods, by the run's `--scheduler`: `default` means kube-scheduler itself (the
+#: thesis's baseline); every other profile is `coach scheduler`'s (whose profile is set where it runs).
+KUBE_SCHEDULER_OF = {"default": DEFAULT_SCHEDULER_NAME}
+
+#: Function (and pod) label naming the scheduler that binds it; Nuclio's platform config sets Coach's
+#: schedulerName only on functions whose label says so, and the others keep the cluster's default.
+SCHEDULER_LABEL = "coach.io/scheduler-name"
+
+
+def kube_scheduler_name(profile: str) -> str:
+    """The schedulerName the pods of a run with `--scheduler profile` carry on Kubernetes."""
+    return KUBE_SCHEDULER_OF.get(profile, SCHEDULER_NAME)
+
+
+#: Node label that caps how many of Coach's functions a node takes (optional; allocatable limits them anyway).
 SLOTS_LABEL = "coach.io/slots"
 
 #: The PodGroup custom resource (the coscheduling plugin's), one per job, created by the controller.

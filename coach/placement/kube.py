@@ -23,7 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from coach.domain.identity import JOB_LABEL, QUORUM, FunctionId
-from coach.domain.kube import PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION
+from coach.domain.kube import PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, SCHEDULER_NAME
 from coach.ports import Workloads
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,11 @@ def podgroup(job: str, namespace: str) -> dict:
 class KubePlacement:
     """PodGroups created here, pods created by `workloads`, bindings read from the apiserver."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, workloads: Workloads):
+    def __init__(self, api: client.ApiClient, namespace: str, workloads: Workloads,
+                 scheduler_name: str = SCHEDULER_NAME):
         self.namespace = namespace
         self.workloads = workloads
+        self.scheduler_name = scheduler_name  # who binds the pods: coach-scheduler, or default-scheduler
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._lock = threading.Lock()
@@ -99,7 +101,7 @@ class KubePlacement:
         problem = self._ensure_group(job)
         for fid in ids:
             self._submitted.setdefault(job, set()).add(fid)
-            failure = problem or self.workloads.create(fid)
+            failure = problem or self.workloads.create(fid, self.scheduler_name)
             if failure is not None:
                 problem = problem or failure
         with self._lock:
@@ -128,7 +130,7 @@ class KubePlacement:
         missing = len(wanted) - len(seen)
         if missing > 0:
             return f"{missing} pods not created yet"
-        return "waiting for coach scheduler"
+        return f"waiting for {self.scheduler_name}"
 
     def release(self, ids: Iterable[FunctionId]) -> None:
         """Delete the functions' workloads (their pods go with them); the scheduler frees their slots."""

@@ -40,6 +40,7 @@ from kubernetes.client.rest import ApiException
 from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import DEPLOY, ERROR, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
+from coach.domain.kube import SCHEDULER_NAME
 from coach.platforms.host import TOKEN_HEADER
 from coach.platforms.local import free_port
 from coach.platforms.nuclio_spec import (
@@ -221,8 +222,9 @@ class NuclioPlatform:
         self._project_ready = True
         return None
 
-    def create(self, fid: FunctionId) -> Failure | None:
-        """Ask the dashboard for the function (202: its Deployment and pod follow); None when it is there."""
+    def create(self, fid: FunctionId, scheduler_name: str = SCHEDULER_NAME) -> Failure | None:
+        """Ask the dashboard for the function (202: its Deployment and pod follow), its pod bound by the scheduler
+        of that name (the platform config reads the function's label); None when it is there."""
         if self._closing.is_set():
             return Failure(fid.name, DEPLOY, "platform is shutting down")
         problem = self._ensure_project()
@@ -230,7 +232,8 @@ class NuclioPlatform:
             return self._named(problem, fid)
         name = function_name(fid)
         config = function_config(fid, self.configs[fid.role], namespace=self.namespace, project=self.project,
-                                 image=self.image, token=self.token, env=self.env, instance=uuid.uuid4().hex)
+                                 image=self.image, token=self.token, env=self.env, instance=uuid.uuid4().hex,
+                                 scheduler_name=scheduler_name)
         for _ in range(2):  # the second time after deleting a left-over of an earlier run
             response = self._call("POST", "/api/functions", body=config, headers={PROJECT_HEADER: self.project})
             if isinstance(response, Failure):

@@ -21,7 +21,7 @@ from typing import Mapping
 import yaml
 
 from coach.domain.identity import ROLES, FunctionId, Role
-from coach.domain.kube import POD_GROUP_LABEL
+from coach.domain.kube import POD_GROUP_LABEL, SCHEDULER_LABEL, SCHEDULER_NAME
 from coach.platforms.host import TOKEN_ENV
 
 #: Where the three functions' folders are: <repo>/functions/<role>/function.yaml.
@@ -137,10 +137,12 @@ def load_role_configs(functions_dir: Path) -> dict[Role, dict]:
 
 
 def function_config(fid: FunctionId, base: Mapping, *, namespace: str, project: str, image: str, token: str,
-                    env: Mapping[str, str], instance: str) -> dict:
-    """The body of `POST /api/functions` for `fid`: metadata and spec (status is the dashboard's)."""
+                    env: Mapping[str, str], instance: str, scheduler_name: str = SCHEDULER_NAME) -> dict:
+    """The body of `POST /api/functions` for `fid`: metadata and spec (status is the dashboard's); the scheduler
+    that binds its pod is a label, which Nuclio's platform config turns into the pods' schedulerName."""
     base_meta, base_spec = base.get("metadata") or {}, base.get("spec") or {}
-    labels = {**(base_meta.get("labels") or {}), **fid.labels, POD_GROUP_LABEL: fid.job, PROJECT_LABEL: project}
+    labels = {**(base_meta.get("labels") or {}), **fid.labels, POD_GROUP_LABEL: fid.job, PROJECT_LABEL: project,
+              SCHEDULER_LABEL: scheduler_name}
     annotations = {**(base_meta.get("annotations") or {}), RUN_ANNOTATION: run_digest(token),
                    INSTANCE_ANNOTATION: instance}
     added = {**env, TOKEN_ENV: token}

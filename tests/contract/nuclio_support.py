@@ -1,5 +1,6 @@
 """Fixtures for the Nuclio platform and fake-dashboard tests (test_nuclio_platform.py,
-test_fake_nuclio_dashboard.py): a fake kube-apiserver and a fake dashboard on loopback, a copy of functions/ whose
+test_fake_nuclio_dashboard.py): the suite's real kube-apiserver (its `default` namespace, emptied before and after
+each test) and the dashboard's test double on loopback, a copy of functions/ whose
 function.yaml files name the tiny handler of tests/contract/nuclio_handler.py, and the tests' stand-in for Coach's
 scheduler (a binding POST).
 """
@@ -14,7 +15,6 @@ from kubernetes import client, config
 
 from coach.domain.identity import ROLES
 from coach.domain.kube import NUCLIO_FUNCTION_LABEL
-from tests.fakes.kube_apiserver import FakeApiServer
 from tests.fakes.nuclio_dashboard import FakeDashboard
 from tests.support import wait_for  # noqa: F401 - the nuclio tests import it from here
 
@@ -59,10 +59,18 @@ def functions_copy(folder: Path, handler_for: Callable[[str], str] = lambda role
 # --------------------------------------------------------------------------- fixtures
 
 
+def empty_default_namespace(plane) -> None:
+    """No pod or Deployment of an earlier test left in `default` (no kubelet or controller here removes them)."""
+    with plane.client() as api:
+        client.AppsV1Api(api).delete_collection_namespaced_deployment("default")
+    plane.force_delete_pods("default")
+
+
 @pytest.fixture
-def kubeconfig(tmp_path):
-    with FakeApiServer(graceful_pod_deletion=True) as api:  # a bound pod stays Terminating, as on a real one
-        yield api.write_kubeconfig(tmp_path / "kubeconfig")
+def kubeconfig(control_plane, tmp_path):
+    empty_default_namespace(control_plane)
+    yield control_plane.write_kubeconfig(tmp_path / "kubeconfig")
+    empty_default_namespace(control_plane)
 
 
 @pytest.fixture

@@ -154,10 +154,10 @@ def test_the_controller_with_its_service_account_makes_only_granted_calls_and_us
         def __init__(self, core):
             self.core = core
 
-        def create(self, fid: FunctionId):
+        def create(self, fid: FunctionId, scheduler_name: str):
             self.core.create_namespaced_pod(FUNCTIONS_NS, {
                 "metadata": {"name": fid.name, "labels": {**fid.labels, POD_GROUP_LABEL: fid.job}},
-                "spec": {"schedulerName": "coach-scheduler", "containers": [{"name": "f", "image": "x:1"}]}})
+                "spec": {"schedulerName": scheduler_name, "containers": [{"name": "f", "image": "x:1"}]}})
 
         def delete(self, fid: FunctionId):
             try:
@@ -173,7 +173,7 @@ def test_the_controller_with_its_service_account_makes_only_granted_calls_and_us
             ids = functions_for("ctl", workers=1, servers=1)
             placement.register(["ctl"])
             placement.submit("ctl", ids)
-            wait_for("the pods seen", lambda: placement.explain("ctl", 0.0) == "waiting for coach scheduler")
+            wait_for("the pods seen", lambda: placement.explain("ctl", 0.0) == "waiting for coach-scheduler")
             placement.release([*ids, FunctionId("ctl", Role.WORKER, 9)])
         finally:
             placement.close()

@@ -24,7 +24,7 @@ import pytest
 import requests
 import yaml
 
-from coach.domain.kube import NUCLIO_FUNCTION_LABEL, POD_GROUP_LABEL, SCHEDULER_NAME
+from coach.domain.kube import NUCLIO_FUNCTION_LABEL, POD_GROUP_LABEL, SCHEDULER_LABEL, SCHEDULER_NAME
 from tests.fakes.nuclio_dashboard import (
     FakeDashboard, fill_empty, go_duration_s, load_platform_config, selector_matches,
 )
@@ -34,7 +34,8 @@ from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
 from tests.support import stop_process
 
 TOKEN = "t0ken"
-LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist"}
+LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist",
+          SCHEDULER_LABEL: SCHEDULER_NAME}  # as NuclioPlatform labels a function for Coach's scheduler
 
 
 def function(name: str = "coach-mnist-worker-0", labels=None, workers: int = 2, **spec) -> dict:
@@ -125,7 +126,8 @@ def test_platform_config_is_read_plain_or_from_its_configmap(tmp_path):
     configmap.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "n"},
                                          "data": {"platform.yaml": text}}))
     assert load_platform_config(configmap) == shipped
-    spec = shipped[0]["kubernetes"]["deployment"]["spec"]["template"]["spec"]
+    (scheduler_entry,) = [entry for entry in shipped if "kubernetes" in entry]
+    spec = scheduler_entry["kubernetes"]["deployment"]["spec"]["template"]["spec"]
     assert spec["schedulerName"] == SCHEDULER_NAME
     (tmp_path / "bad.yaml").write_text("functionAugmentedConfigs: 3\n")
     with pytest.raises(ValueError, match=r"bad.yaml: functionAugmentedConfigs: expected a list"):

@@ -18,12 +18,12 @@ import pytest
 import requests
 from kubernetes import client
 
-from coach.domain.kube import SCHEDULER_NAME
+from coach.domain.kube import SCHEDULER_LABEL, SCHEDULER_NAME
 from tests.contract.nuclio_support import HANDLER, PLATFORM_CONFIG, bind, pods_of, wait_for
 from tests.fakes.nuclio_dashboard import FakeDashboard
 
 TOKEN = "t0ken-on-kube"
-LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0"}
+LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", SCHEDULER_LABEL: SCHEDULER_NAME}
 NAME = "coach-mnist-worker-0"
 #: What the dashboard's ServiceAccount may do: nothing more is needed.
 RULES = [

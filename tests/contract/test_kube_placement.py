@@ -30,14 +30,14 @@ class PodWorkloads:
         self.core, self.ns, self.refuse = core, namespace, refuse
         self.created: list[FunctionId] = []
 
-    def create(self, fid: FunctionId) -> Failure | None:
+    def create(self, fid: FunctionId, scheduler_name: str) -> Failure | None:
         if self.refuse:
             return Failure(fid.name, DEPLOY, "nuclio dashboard answered HTTP 500")
         self.created.append(fid)
         labels = {**fid.labels, POD_GROUP_LABEL: fid.job}
         self.core.create_namespaced_pod(self.ns, client.V1Pod(
             metadata=client.V1ObjectMeta(name=pod_name(fid), labels=labels),
-            spec=client.V1PodSpec(scheduler_name=SCHEDULER_NAME,
+            spec=client.V1PodSpec(scheduler_name=scheduler_name,
                                   containers=[client.V1Container(name="f", image="coach-functions:test")])))
         return None
 
@@ -84,7 +84,7 @@ def test_submit_creates_the_podgroup_then_the_pods_and_poll_sees_the_scheduler_b
         group = client.CustomObjectsApi(api).get_namespaced_custom_object(
             PODGROUP_GROUP, PODGROUP_VERSION, ns, PODGROUP_PLURAL, "lenet")
         assert group["spec"]["minMember"] == 3
-        assert eventually(lambda: placement.explain("lenet", 0.0) == "waiting for coach scheduler")
+        assert eventually(lambda: placement.explain("lenet", 0.0) == "waiting for coach-scheduler")
         assert placement.poll("lenet", 0.0) == {}
         before = placement.version
         bind(core, ids[0], "node-1", ns)
@@ -102,7 +102,7 @@ def test_explain_repeats_the_reason_the_scheduler_wrote_on_the_pending_pods(api,
     try:
         worker = FunctionId("big", Role.WORKER, 0)
         placement.submit("big", [worker])
-        assert eventually(lambda: placement.explain("big", 0.0) == "waiting for coach scheduler")
+        assert eventually(lambda: placement.explain("big", 0.0) == "waiting for coach-scheduler")
         core.patch_namespaced_pod_status(pod_name(worker), ns, {"status": {"conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "gang: 1/3 members of PodGroup big"}]}})

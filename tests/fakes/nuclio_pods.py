@@ -141,7 +141,7 @@ class FunctionPods:
         if not self._ensure_deployment():
             return
         first = True
-        while not self.function.deleted.is_set():
+        while not self.function.deleted.is_set() and not self.stopping.is_set():  # a stopped dashboard makes no pod
             pod = self._create_pod()
             if pod is None:
                 return

@@ -93,10 +93,10 @@ def platform() -> dict:
 
 @pytest.fixture(scope="module")
 def coach_augment(platform) -> dict:
-    """The augmented config that selects Coach's functions (by the job label)."""
-    entries = [entry for entry in platform["functionAugmentedConfigs"]
-               if any(expr.get("key") == JOB_LABEL
-                      for expr in entry.get("labelSelector", {}).get("matchExpressions", ()))]
+    """The augmented config that selects every Coach function (by the job label) and sets its function config."""
+    entries = [entry for entry in platform["functionAugmentedConfigs"] if "functionConfig" in entry
+               and any(expr.get("key") == JOB_LABEL
+                       for expr in entry.get("labelSelector", {}).get("matchExpressions", ()))]
     assert len(entries) == 1
     return entries[0]
 
@@ -516,16 +516,35 @@ def test_the_augmented_config_selects_coach_functions_only(coach_augment, labels
     assert selects(coach_augment["labelSelector"], labels) is verdict
 
 
-def test_the_augmented_config_has_nuclios_shape(platform, coach_augment):
+@pytest.fixture(scope="module")
+def scheduler_augment(platform) -> dict:
+    """The augmented config that gives Coach's schedulerName to the functions labelled for Coach's scheduler."""
+    entries = [entry for entry in platform["functionAugmentedConfigs"] if "kubernetes" in entry]
+    assert len(entries) == 1
+    return entries[0]
+
+
+@pytest.mark.parametrize("scheduler, verdict", [(kube.SCHEDULER_NAME, True), (kube.DEFAULT_SCHEDULER_NAME, False),
+                                                (None, False)])
+def test_only_functions_for_coachs_scheduler_get_its_scheduler_name(scheduler_augment, scheduler, verdict):
+    labels = FunctionId("lenet-mnist", Role.WORKER, 1).labels | {kube.POD_GROUP_LABEL: "lenet-mnist"}
+    if scheduler is not None:
+        labels[kube.SCHEDULER_LABEL] = scheduler
+    assert selects(scheduler_augment["labelSelector"], labels) is verdict
+    assert selects(scheduler_augment["labelSelector"], {kube.SCHEDULER_LABEL: kube.SCHEDULER_NAME}) is False
+
+
+def test_the_augmented_config_has_nuclios_shape(platform, coach_augment, scheduler_augment):
     # Field names of Nuclio's pkg/platformconfig (Config, LabelSelectorAndConfig, Kubernetes): Nuclio drops
     # unknown keys without a word, so a misspelling here would silently do nothing.
     assert set(platform) == {"functionAugmentedConfigs"}
-    assert set(coach_augment) == {"labelSelector", "kubernetes", "functionConfig"}
-    assert set(coach_augment["kubernetes"]) == {"deployment"}
+    assert set(coach_augment) == {"labelSelector", "functionConfig"}
     assert set(coach_augment["functionConfig"]) == {"spec"}
+    assert set(scheduler_augment) == {"labelSelector", "kubernetes"}
+    assert set(scheduler_augment["kubernetes"]) == {"deployment"}
 
 
-def test_the_generated_deployment_gets_coachs_scheduler(coach_augment, rendered):
+def test_the_generated_deployment_gets_coachs_scheduler(scheduler_augment, rendered):
     # Nuclio merges `kubernetes.deployment` into the Deployment it generates (empty fields only); merged into a
     # minimal valid Deployment it must still be one, with Coach's schedulerName.
     labels = {"nuclio.io/function-name": "coach-lenet-worker-0"}
@@ -534,7 +553,7 @@ def test_the_generated_deployment_gets_coachs_scheduler(coach_augment, rendered)
                  "spec": {"selector": {"matchLabels": labels},
                           "template": {"metadata": {"labels": labels},
                                        "spec": {"containers": [{"name": "nuclio", "image": "coach-functions"}]}}}}
-    merged = fill_empty(generated, coach_augment["kubernetes"]["deployment"])
+    merged = fill_empty(generated, scheduler_augment["kubernetes"]["deployment"])
     assert merged["spec"]["template"]["spec"]["schedulerName"] == kube.SCHEDULER_NAME
     assert kubernetes_validate.validate(merged, "1.30", strict=True) == "1.30"
 
@@ -586,9 +605,10 @@ def test_the_functions_get_the_store_from_the_secret(coach_augment):
 
 
 # -- names shared with the code ------------------------------------------------------------------------------------
-def test_names_agree_with_coach_domain_kube(rendered, coach_augment):
-    schedulers = coach_augment["kubernetes"]["deployment"]["spec"]["template"]["spec"]["schedulerName"]
+def test_names_agree_with_coach_domain_kube(rendered, scheduler_augment):
+    schedulers = scheduler_augment["kubernetes"]["deployment"]["spec"]["template"]["spec"]["schedulerName"]
     assert schedulers == kube.SCHEDULER_NAME
+    assert scheduler_augment["labelSelector"]["matchLabels"] == {kube.SCHEDULER_LABEL: kube.SCHEDULER_NAME}
     lease_rules = [rule for obj in rendered if obj["kind"] == "Role" for rule in obj["rules"]
                    if "leases" in rule["resources"] and "resourceNames" in rule]
     assert [rule["resourceNames"] for rule in lease_rules] == [[kube.LEASE_NAME]]
