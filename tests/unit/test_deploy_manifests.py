@@ -626,7 +626,8 @@ def readme_section() -> str:
 def test_the_readme_names_the_labels_coach_uses():
     section = readme_section()
     for name in (kube.SCHEDULER_NAME, kube.SLOTS_LABEL, kube.POD_GROUP_LABEL, JOB_LABEL, ROLE_LABEL, INDEX_LABEL,
-                 kube.FAILED_SCHEDULING, f"{kube.PODGROUP_PLURAL}.{kube.PODGROUP_GROUP}"):
+                 kube.FAILED_SCHEDULING, f"{kube.PODGROUP_PLURAL}.{kube.PODGROUP_GROUP}", kube.SCHEDULER_LABEL,
+                 kube.DEFAULT_SCHEDULER_NAME):
         assert f"`{name}" in section, name
 
 
