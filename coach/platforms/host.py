@@ -92,8 +92,9 @@ def make_context(name: str) -> nuclio_sdk.Context:
     return nuclio_sdk.Context(logger, None, 0, nuclio_sdk.TriggerInfo("http", "http"))
 
 
-def to_event(request: BaseHTTPRequestHandler, body: bytes) -> nuclio_sdk.Event:
-    content_type = request.headers.get("Content-Type", "application/octet-stream")
+def nuclio_event(body: bytes, content_type: str, headers: dict, method: str, path: str) -> nuclio_sdk.Event:
+    """The Nuclio event of an HTTP request: a JSON body decoded, any other body as bytes (as Nuclio's HTTP
+    trigger hands it to a Python handler)."""
     decoded: object = body
     if content_type.startswith("application/json"):
         try:
@@ -104,14 +105,19 @@ def to_event(request: BaseHTTPRequestHandler, body: bytes) -> nuclio_sdk.Event:
         body=decoded,
         content_type=content_type,
         trigger=nuclio_sdk.TriggerInfo("http", "http"),
-        headers=dict(request.headers.items()),
+        headers=headers,
         _id=str(uuid.uuid4()),
-        method=request.command,
-        path=request.path,
+        method=method,
+        path=path,
         size=len(body),
         timestamp=datetime.datetime.now(datetime.timezone.utc),
-        url=request.path,
+        url=path,
     )
+
+
+def to_event(request: BaseHTTPRequestHandler, body: bytes) -> nuclio_sdk.Event:
+    return nuclio_event(body, request.headers.get("Content-Type", "application/octet-stream"),
+                        dict(request.headers.items()), request.command, request.path)
 
 
 def serve(handler_spec: str, token: str, name: str, port: int = 0) -> ThreadingHTTPServer:
