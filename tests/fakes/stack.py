@@ -187,7 +187,10 @@ def main(argv=None) -> int:
     parser.add_argument("files", nargs="+", metavar="JOB", help="job files (YAML)")
     parser.add_argument("--cluster", metavar="FILE", help="cluster file (default: the thesis cluster)")
     parser.add_argument("--results", default="results", metavar="DIR")
-    parser.add_argument("--profile", default="gang", choices=("gang", "gang-strict", "default"))
+    parser.add_argument("--profile", default="gang", choices=("gang", "gang-strict", "default"),
+                        help="coach scheduler's profile (default: %(default)s)")
+    parser.add_argument("--scheduler", default=None,
+                        help="coach run's --scheduler (default: the profile; 'default' means kube-scheduler)")
     args = parser.parse_args(argv)
     cluster = load_cluster(args.cluster)
     workdir = Path(tempfile.mkdtemp(prefix="coach-k8s-"))
@@ -199,7 +202,7 @@ def main(argv=None) -> int:
             print(f"kube-apiserver {stack.plane.url}  nuclio dashboard {stack.dashboard.url}  "
                   f"S3 {stack.s3.endpoint_url}  kubeconfig {stack.kubeconfig}", flush=True)
             command = [*coach_command(), "run", *args.files, "--results", args.results, "--plain",
-                       *stack.run_arguments()]
+                       "--scheduler", args.scheduler or args.profile, *stack.run_arguments()]
             if args.cluster:
                 command += ["--cluster", args.cluster]
             code = _run_to_the_end(command, {**os.environ, **stack.env})
