@@ -16,13 +16,34 @@ from kubernetes.config.config_exception import ConfigException
 
 #: HTTP connections kept to the apiserver: 3 watches, the binders, Events and the Lease at once.
 CONNECTIONS = 32
+#: A kubeconfig larger than this is refused before it is read (kubectl's own are a few KiB).
+MAX_KUBECONFIG_BYTES = 1 << 20
+
+
+def _not_a_kubeconfig_file(path: Path) -> str | None:
+    """Why `path` cannot be read as a kubeconfig without reading it (missing, a folder, a FIFO or a device, too
+    large), else None."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as error:
+        return f"cannot be read: {error.strerror or error}"
+    if path.is_dir():
+        return "is a folder, not a file"
+    if not path.is_file():
+        return "not a regular file (a FIFO, a socket or a device)"
+    if status.st_size > MAX_KUBECONFIG_BYTES:
+        return f"{status.st_size} bytes, more than a kubeconfig's {MAX_KUBECONFIG_BYTES} at most"
+    return None
 
 
 def connect(kubeconfig: str):
     """(ApiClient, the context's namespace) or (None, a one-line error)."""
     path = Path(kubeconfig)
-    if not path.is_file():
-        return None, f"--kubeconfig: {kubeconfig}: no such file"
+    problem = _not_a_kubeconfig_file(path)
+    if problem is not None:
+        return None, f"--kubeconfig: {kubeconfig}: {problem}"
     configuration = client.Configuration()
     try:
         _, active = kube_config.list_kube_config_contexts(config_file=str(path))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,16 @@ def test_the_command_line_offers_every_binder_of_the_registry():
     from coach.ui.cli import BINDER_CHOICES
 
     assert sorted(BINDER_CHOICES) == sorted(BINDERS)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda tmp: tmp, "is a folder, not a file"),
+    (lambda tmp: (os.mkfifo(tmp / "fifo"), tmp / "fifo")[1], "not a regular file (a FIFO, a socket or a device)"),
+    (lambda tmp: Path("/dev/zero"), "not a regular file (a FIFO, a socket or a device)"),
+    (lambda tmp: ((tmp / "big").write_bytes(b"#" * (2 << 20)), tmp / "big")[1],
+     f"{2 << 20} bytes, more than a kubeconfig's {1 << 20} at most"),
+])
+def test_a_kubeconfig_that_is_no_regular_small_file_is_named_for_what_it_is(tmp_path, capsys, make, says):
+    path = make(tmp_path)
+    assert main(["scheduler", "--kubeconfig", str(path)]) == 2  # never read: a FIFO would block, /dev/zero never end
+    assert one_line(capsys.readouterr().err) == f"coach scheduler: --kubeconfig: {path}: {says}"
