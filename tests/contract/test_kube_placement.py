@@ -12,8 +12,7 @@ from kubernetes import client
 
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.invocation import DEPLOY, Failure
-from coach.domain.kube import (PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL,
-                               SCHEDULER_NAME)
+from coach.domain.kube import PODGROUP_GROUP, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL
 from coach.placement import kube
 from coach.placement.kube import KubePlacement
 from tests.support import wait_for

@@ -17,8 +17,6 @@ import yaml
 from coach.domain.identity import FunctionId, Role, functions_for
 from coach.domain.kube import FAILED_SCHEDULING, LEASE_NAME, SCHEDULER_NAME
 from coach.kube_scheduler import watch
-from coach.placement.kube_connect import connect
-from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.watch import Change
 from tests.controlplane.proxy import Relay
 from tests.contract.kube_scheduler_support import kube, kubeconfig, leader, start, wait_for  # noqa: F401 (fixtures)

@@ -21,7 +21,6 @@ import ctypes
 import datetime
 import ipaddress
 import json
-import os
 import secrets
 import signal
 import socket

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterable, Mapping
