@@ -33,7 +33,7 @@ import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.app.learned import Dl2RunPolicy, asking_round, learns
+from coach.app.learned import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
 from coach.app.simulate import START_S, simulate_jobs
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
@@ -55,8 +55,8 @@ from coach.simulator.policies.dl2.counts import COUNTS_SHAPE, KINDS, CountsRound
 from coach.simulator.policies.dl2.features import Observation
 from coach.simulator.policies.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
 
+
 CHECKPOINT_VERSION = 1
-RUN_TEACHERS = ("coach",)  # run-level policies that decide dynamic jobs' counts (static only repeats the files)
 _MODEL = Path("/virtual/model.py")  # never loaded: the simulated platform computes every epoch
 PRICE_PER_SLOT_S = 0.0001
 EPISODE_LIMIT_S = 3600.0  # simulated seconds after which an episode's jobs are stopped (typical makespans: 50-250 s)

@@ -130,3 +130,9 @@ def _decision(round_: CountsRound, i: int, counts, kinds: list[int]) -> Decision
 
 #: Every run-level policy `coach run --policy` and `coach serve --policy` take: the pure ones and the learned one.
 RUN_POLICIES: dict[str, Policy] = {**POLICIES, "dl2": Dl2RunPolicy()}
+
+#: What `coach train-policy --level run` offers, named here so that parsing the command line does not import the
+#: trainer (coach.app.learn_counts, which imports MXNet): the run-level policies it may imitate, and its rewards
+#: (the keys of learn_counts.REWARDS; tests/unit check that the two agree).
+RUN_TEACHERS = ("coach",)  # run-level policies that decide dynamic jobs' counts (static only repeats the files)
+REWARD_NAMES = ("jct", "progress")

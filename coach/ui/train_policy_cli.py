@@ -95,7 +95,7 @@ def cmd_train_policy(args) -> int:
 def add_commands(sub, subparser, epilog: str) -> None:
     from coach.simulator.policies import teachers
 
-    from coach.app.learn_counts import REWARDS, RUN_TEACHERS
+    from coach.app.learned import REWARD_NAMES, RUN_TEACHERS
 
     train = subparser(sub, "train-policy", epilog=epilog,
                       help="train the learned dl2 policy: imitate an existing policy, then reinforcement learning")
@@ -125,7 +125,7 @@ def add_commands(sub, subparser, epilog: str) -> None:
                             "at most this many jobs started together (--level run, at least 4, default: 10)")
     train.add_argument("--horizon-rounds", type=integer(1, 1_000_000), metavar="N",
                        help="scheduling rounds per episode at most (--level cluster only; default: 120)")
-    train.add_argument("--reward", choices=sorted(REWARDS),
+    train.add_argument("--reward", choices=sorted(REWARD_NAMES),
                        help="--level run only: a round's reward, the jobs' epoch progress until the next round "
                             "(DL2's) or minus the job-minutes spent unfinished (default: progress)")
     train.add_argument("--teacher-episodes", type=integer(1, 1_000_000), metavar="N",
