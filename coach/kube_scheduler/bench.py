@@ -293,6 +293,19 @@ class Bench:
             time.sleep(0.5)
 
     def clean_up(self) -> None:
+        """Remove the pods, the nodes and the namespace; a second Ctrl-C or SIGTERM meanwhile is not let through
+        (it would leave them behind)."""
+        if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+            self._clean_up()
+            return
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._clean_up()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _clean_up(self) -> None:
         for step in (self._delete_pods,
                      lambda: self._each(lambda name: _ignore_404(lambda: self.core.delete_node(name)), self.node_names),
                      lambda: finish(self.core.delete_namespace(self.namespace, _preload_content=False))):

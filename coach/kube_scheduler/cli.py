@@ -110,8 +110,15 @@ def run_bench_command(kubeconfig: str, nodes: int, pods: int, profile: str, slot
             print(f"coach bench kube-scheduler: {problem}", file=sys.stderr)
             return EXIT_FAILED
         bench = Bench(api, kubeconfig, nodes, pods, profile, slots_per_node, binder, schedulers, say)
-        with tempfile.TemporaryDirectory(prefix="coach-bench-") as folder:
-            result = bench.run(Path(folder) / "coach-scheduler.log")
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up as Ctrl-C does
+        try:
+            with tempfile.TemporaryDirectory(prefix="coach-bench-") as folder:
+                result = bench.run(Path(folder) / "coach-scheduler.log")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except KeyboardInterrupt:  # Bench.run has removed what it created
+        print("coach bench kube-scheduler: interrupted; its nodes, pods and namespace are removed", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ValueError as error:
         print(f"coach bench kube-scheduler: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

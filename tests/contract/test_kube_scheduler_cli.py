@@ -105,3 +105,31 @@ def test_a_kubeconfig_that_is_no_regular_small_file_is_named_for_what_it_is(tmp_
     path = make(tmp_path)
     assert main(["scheduler", "--kubeconfig", str(path)]) == 2  # never read: a FIFO would block, /dev/zero never end
     assert one_line(capsys.readouterr().err) == f"coach scheduler: --kubeconfig: {path}: {says}"
+
+
+def test_an_interrupted_bench_removes_what_it_made_and_exits_130(control_plane, podgroup_crd, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kubernetes import client
+
+    config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
+    bench = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "bench", "kube-scheduler", "--kubeconfig",
+                              str(config), "--nodes", "300", "--pods", "1200", "--schedulers", "coach"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with control_plane.client() as api:
+        core = client.CoreV1Api(api)
+        deadline = time.monotonic() + 60
+        while not core.list_node(label_selector="coach.io/bench").items and time.monotonic() < deadline:
+            time.sleep(0.1)  # stopped while it creates its nodes
+        bench.send_signal(signal.SIGTERM)
+        out, err = bench.communicate(timeout=120)
+        assert bench.returncode == 130, err
+        assert err.strip().splitlines()[-1] == (
+            "coach bench kube-scheduler: interrupted; its nodes, pods and namespace are removed")
+        assert "Traceback" not in err and out == ""
+        assert core.list_node(label_selector="coach.io/bench").items == []
+        assert [ns.metadata.name for ns in core.list_namespace(label_selector="coach.io/bench").items
+                if ns.status.phase != "Terminating"] == []
