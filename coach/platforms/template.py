@@ -257,12 +257,18 @@ def _become_host(sock: socket.socket, request: dict, stdout_fd: int, stderr_fd: 
     except BaseException:  # noqa: BLE001 - the host's log gets it
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        flush_and_exit(code)
+
+
+def flush_and_exit(code: int) -> None:
+    """Leave a forked child at once with `code`, what it printed flushed first (os._exit skips Python's exit, which
+    in a fork would run the parent's atexit handlers and finalizers)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _name_process(argv: Sequence[str]) -> None:

@@ -25,6 +25,7 @@ import nuclio_sdk
 from nuclio_sdk.logger import HumanReadableFormatter
 
 from coach.platforms.host import die_with_parent, load_handler, nuclio_event
+from coach.platforms.template import flush_and_exit
 
 FRAME_HEADER = 8  # bytes: the length of the JSON text that follows, big-endian
 
@@ -108,9 +109,4 @@ def run(sock: socket.socket, handler_spec: str, name: str, worker_id: int, paren
     except BaseException:  # noqa: BLE001 - init_context failed, or the processor went away: the log says which
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        flush_and_exit(code)
