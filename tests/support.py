@@ -31,6 +31,15 @@ def stderr_of(pid: int | str) -> str:
         return ""
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has ended)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2] not in "ZX"
+
+
 def benchmark_script(name: str) -> Iterator:
     """For a module-scoped fixture (`yield from`): benchmarks/<name>.py imported as the module `name`, registered
     in sys.modules while the tests use it (dataclasses look their module up by name), removed afterwards."""

@@ -31,7 +31,7 @@ from tests.fakes.nuclio_dashboard import (
 from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
     HANDLER, REPO, bind, core, dashboard, kubeconfig, pods_of, the_pod, wait_for,
 )
-from tests.support import stop_process
+from tests.support import alive, stop_process
 
 TOKEN = "t0ken"
 LABELS = {"coach.io/job": "mnist", "coach.io/role": "worker", "coach.io/index": "0", POD_GROUP_LABEL: "mnist",
@@ -73,15 +73,6 @@ def ready(dash, core, name: str = "coach-mnist-worker-0", node: str = "node-1") 
     assert bind(core, the_pod(core, name).metadata.name, node) == 201
     wait_for(lambda: dash.state(name) == "ready", what=f"{name} ready")
     return get(dash.url, name).json()
-
-
-def alive(pid: int) -> bool:
-    """Whether the process runs (a zombie has ended)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2] not in "ZX"
 
 
 def parent_of(pid: int) -> int:

@@ -12,13 +12,13 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 from kubernetes import client
 
 from coach.domain.kube import SCHEDULER_LABEL, SCHEDULER_NAME
+from tests.support import alive
 from tests.contract.nuclio_support import HANDLER, PLATFORM_CONFIG, bind, pods_of, wait_for
 from tests.fakes.nuclio_dashboard import FakeDashboard
 
@@ -86,14 +86,6 @@ def running(dash, core, namespace: str, node: str):
     assert bind(core, pod.metadata.name, node, namespace) == 201
     wait_for(lambda: dash.state(NAME) == "ready", timeout_s=30, what="ready")
     return core.read_namespaced_pod(pod.metadata.name, namespace)
-
-
-def alive(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2] not in "ZX"
 
 
 def test_a_function_is_a_deployment_whose_pod_runs_once_bound(dashboard, core, admin, kube_namespace, kube_nodes):
