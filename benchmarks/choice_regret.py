@@ -56,7 +56,7 @@ from coach.drivers.virtual import VirtualDriver  # noqa: E402
 from coach.files.jobs import load_job  # noqa: E402
 from coach.lifecycle import events as ev  # noqa: E402
 from coach.lifecycle.job import JobLifecycle  # noqa: E402
-from coach.model.speed_forms import CHOSEN_FORM  # noqa: E402
+from coach.estimates.speed_forms import CHOSEN_FORM  # noqa: E402
 from coach.platforms.simulated import SimModel, SimulatedPlatform  # noqa: E402
 from coach.policy.history import full_epoch_time_s  # noqa: E402
 from coach.policy.run_policy import ClusterView, CoachPolicy, Policy  # noqa: E402

@@ -14,7 +14,7 @@ measure  runs a real job through Coach: dynamic runs for its calibration (the po
     flock /tmp/coach-measure.lock .venv/bin/python benchmarks/fit_accuracy.py measure \\
         --job jobs/lenet-dynamic.yaml --out benchmarks/data/fit_points_lenet.json
 
-compare  re-fits every form of coach.model.speed_forms.FORMS from saved files and prints, per form and file,
+compare  re-fits every form of coach.estimates.speed_forms.FORMS from saved files and prints, per form and file,
          the relative error of the predicted epoch time at held-out points, in two settings:
          - calibration: fitted on one calibration's mini-epochs only (what the policy has at the start),
            predicting the measured points calibration did not sample; the median is over every calibration of
@@ -51,8 +51,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coach.model.speed import SpeedObservation  # noqa: E402
-from coach.model.speed_forms import CHOSEN_FORM, FORMS  # noqa: E402
+from coach.estimates.speed import SpeedObservation  # noqa: E402
+from coach.estimates.speed_forms import CHOSEN_FORM, FORMS  # noqa: E402
 from coach.policy.history import observations  # noqa: E402
 from coach.ui.errors import integer  # noqa: E402
 

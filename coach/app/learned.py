@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from coach.domain.jobs import JobSpec
-from coach.model.speed_forms import fit_chosen
+from coach.estimates.speed_forms import fit_chosen
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
 from coach.simulator.policies.dl2.counts import (
     COUNTS_WINDOW,

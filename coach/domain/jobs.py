@@ -34,7 +34,7 @@ class JobSpec:
     epoch_timeout_s: float      # deadline of one epoch invocation, default 600
     calibration_fraction: float = 0.25  # share of the training data each calibration mini-epoch uses (about)
     max_retries: int = 3        # retries of a failed epoch (fresh functions, from the last checkpoint)
-    batch_scaling: str = "fixed"  # how the global batch follows the workers: a key of coach.model.batch_size.SCALINGS
+    batch_scaling: str = "fixed"  # how the global batch follows the workers: a key of coach.estimates.batch_size.SCALINGS
 
     @property
     def fixed_counts(self) -> tuple[int, int] | None:

@@ -38,7 +38,7 @@ from typing import Any, Callable
 import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
-from coach.model.batch_size import SCALINGS
+from coach.estimates.batch_size import SCALINGS
 from coach.files.limits import (MAX_JOB_FILE_BYTES, MAX_JOB_VALUES, MAX_MESSAGE, MAX_MODEL_FILE_BYTES, Bound,
                                 BoundedLoader, FileTooLarge, NotRegularFile, YamlLimitError, YamlValueError,
                                 describe, field_name, one_line, read_capped, short)

@@ -46,9 +46,9 @@ from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
-from coach.model.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoise, choose_batch, combine, smooth
-from coach.model.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
-from coach.model.epochs import BadReplies, aggregate
+from coach.estimates.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoise, choose_batch, combine, smooth
+from coach.estimates.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
+from coach.estimates.epochs import BadReplies, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
 from coach.policy.planning import calibration_fraction, calibration_within
 from coach.policy.run_policy import Counts, Wait
@@ -185,7 +185,7 @@ class JobLifecycle:
         self._decision: Mapping = {}  # the last decision's details, recorded on its lines
         self.phase, self.message = "waiting", ""
         self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
-        # batch scaling (coach.model.batch_size): the running step's choice and what later choices learn from; a
+        # batch scaling (coach.estimates.batch_size): the running step's choice and what later choices learn from; a
         # resumed job measures again from scratch
         self._batch: BatchChoice | None = None
         self._noise = None  # smoothed NoiseStats the workers measured
@@ -476,7 +476,7 @@ class JobLifecycle:
             deadline_s=deadline_s, timeout_s=deadline_s + INVOKE_GRACE_S, following=following)]
 
     def _batch_for(self, workers: int) -> BatchChoice:
-        """The per-worker batch and learning rate of a step at `workers` (coach.model.batch_size), from what the
+        """The per-worker batch and learning rate of a step at `workers` (coach.estimates.batch_size), from what the
         job has measured so far."""
         spec = self.spec
         return choose_batch(spec.batch_scaling, BatchInputs(spec.batch_size, spec.learning_rate, workers, self._noise,

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 from coach.domain.identity import slots_for
-from coach.model.cost import cost_from_speed
+from coach.estimates.cost import cost_from_speed
 
 GAIN, BUDGET, CAPACITY, LIMIT = "gain", "budget", "capacity", "limit"
 START_WORKERS, START_SERVERS = 1, 1
@@ -76,7 +76,7 @@ START_SLOTS = slots_for(START_WORKERS, START_SERVERS)
 
 @runtime_checkable
 class SpeedModel(Protocol):
-    """A job's predicted speed surface, e.g. the fit of coach.model.speed."""
+    """A job's predicted speed surface, e.g. the fit of coach.estimates.speed."""
 
     def epochs_per_s(self, workers: int, servers: int) -> float:
         """Predicted full epochs per second with `workers` workers and `servers` servers."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from coach.domain.records import JobOutcome
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.stopping import stop_metric
 
 SPEED_PHASES = frozenset({"calibration", "training"})

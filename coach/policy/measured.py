@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 
 
@@ -72,7 +72,7 @@ class FittedSpeed(Protocol):
 class MeasuredOrFitted:
     """A speed model: the job's measurement at counts it has run full epochs at, the fit everywhere else."""
 
-    fit: FittedSpeed  # e.g. the chosen form of coach.model.speed_forms
+    fit: FittedSpeed  # e.g. the chosen form of coach.estimates.speed_forms
     points: tuple[MeasuredPoint, ...] = ()
     #: the largest relative error of the fit's epoch time at a measured point, as predicted *before* the job first
     #: ran there (0: nothing measured yet): how far the fit has been off for this job about counts it had not run

@@ -12,9 +12,9 @@ from typing import Sequence
 
 from coach.domain.identity import slots_for
 from coach.domain.jobs import JobSpec
-from coach.model.convergence import RemainingEpochs, remaining_epochs
-from coach.model.speed import SpeedObservation
-from coach.model.speed_forms import SpeedModel, fit_chosen
+from coach.estimates.convergence import RemainingEpochs, remaining_epochs
+from coach.estimates.speed import SpeedObservation
+from coach.estimates.speed_forms import SpeedModel, fit_chosen
 from coach.policy.allocation import Allocation, JobDemand, allocate
 from coach.policy.history import History
 from coach.policy.measured import current_counts, measured_or_fitted, probe_margin
@@ -70,7 +70,7 @@ def calibration_within(points: Sequence[tuple[int, int]], max_workers: int | Non
 class Plan:
     """What Coach would do next for one job, and why."""
 
-    speed: SpeedModel  # the fitted speed model (the chosen form of coach.model.speed_forms)
+    speed: SpeedModel  # the fitted speed model (the chosen form of coach.estimates.speed_forms)
     remaining: RemainingEpochs  # predicted epochs left and where the number comes from
     allocation: Allocation  # the chosen counts and why growth stopped
     budget_left: float  # money the job has left

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
 from coach.domain.jobs import JobSpec
-from coach.model.cost import predicted_cost
+from coach.estimates.cost import predicted_cost
 from coach.policy.history import History
 from coach.policy.planning import CALIBRATION_POINTS, PlanInput, calibration_within, plan_jobs
 

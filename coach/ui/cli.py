@@ -41,7 +41,7 @@ exit codes:
 
 def cmd_validate(args) -> int:
     specs, cluster = _inputs(args.files, args.cluster)
-    from coach.model.cost import MIN_EPOCH_S, cost_floor
+    from coach.estimates.cost import MIN_EPOCH_S, cost_floor
 
     price = max(node.price_per_slot_s for node in cluster.nodes)
     for spec in specs:

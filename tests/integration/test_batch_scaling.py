@@ -6,7 +6,7 @@ import math
 
 from coach.app.run import run_jobs
 from coach.domain.cluster import DEFAULT_CLUSTER
-from coach.model.batch_size import BatchInputs, NoiseStats, choose_batch
+from coach.estimates.batch_size import BatchInputs, NoiseStats, choose_batch
 from coach.storage.results import read_log
 
 from .conftest import LENET, host_processes

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.allocation import CAPACITY, GAIN, JobDemand, allocate, money_ratio
 from coach.policy.measured import MeasuredOrFitted, measured_points
 

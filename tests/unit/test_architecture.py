@@ -1,6 +1,6 @@
 """The architecture contracts in pyproject.toml ([tool.importlinter]) hold: import-linter keeps every one.
 
-The contracts: the pure core (coach.model, coach.policy, coach.lifecycle, coach.domain) imports no clock, thread,
+The contracts: the pure core (coach.estimates, coach.policy, coach.lifecycle, coach.domain) imports no clock, thread,
 process, network or signal module; coach's packages form layers that import only downwards; and the Nuclio
 functions import nothing of coach but coach.domain. Running `lint-imports` in the repository prints the same report.
 """

@@ -1,4 +1,4 @@
-"""Batch scaling: the pure chooser (coach.model.batch_size) and the worker's noise-scale estimator."""
+"""Batch scaling: the pure chooser (coach.estimates.batch_size) and the worker's noise-scale estimator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from coach.model.batch_size import (MAX_GLOBAL_BATCH, SCALINGS, BatchInputs, NoiseStats, StepTime, WorkerNoise,
+from coach.estimates.batch_size import (MAX_GLOBAL_BATCH, SCALINGS, BatchInputs, NoiseStats, StepTime, WorkerNoise,
                                     adascale_gain, batch_bounds, choose_batch, choose_global_batch, combine,
                                     efficiency, fit_step_time, goodput, smooth)
 from functions.noise_scale import NoiseProbe, noise_estimates

@@ -1,4 +1,4 @@
-"""coach.model.convergence: loss(k) = 1 / (a k + b) + c after epoch k, and the epochs still to run.
+"""coach.estimates.convergence: loss(k) = 1 / (a k + b) + c after epoch k, and the epochs still to run.
 
 Known curves are recovered exactly and under seeded noise; epochs to a target follow the closed form
 k = (1 / (target - c) - b) / a; with too few epochs or an unreachable target the prediction falls back to the
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from coach.model.convergence import (
+from coach.estimates.convergence import (
     FALLBACK,
     FIT,
     MIN_EPOCHS_TO_FIT,

@@ -1,4 +1,4 @@
-"""coach.epochs.aggregate turns the workers' replies into one epoch's numbers; coach.model.cost prices it."""
+"""coach.epochs.aggregate turns the workers' replies into one epoch's numbers; coach.estimates.cost prices it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from coach.domain.contracts import WorkerReply
-from coach.model.epochs import BadReplies, EpochMetrics, aggregate
-from coach.model.cost import cost_like_last, epoch_cost
+from coach.estimates.epochs import BadReplies, EpochMetrics, aggregate
+from coach.estimates.cost import cost_like_last, epoch_cost
 
 
 def reply(rank: int, samples: int, loss_sum: float, correct: int, compute_s: float, **extra) -> WorkerReply:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coach.model.speed_forms import FORMS
+from coach.estimates.speed_forms import FORMS
 
 from tests.support import benchmark_script
 

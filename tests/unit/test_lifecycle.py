@@ -15,7 +15,7 @@ from typing import Mapping
 
 import pytest
 
-from coach.model.cost import MIN_EPOCH_S
+from coach.estimates.cost import MIN_EPOCH_S
 from coach.policy.planning import CALIBRATION_MIN_STEPS, calibration_fraction
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 from coach.domain.contracts import Hyper, WorkerReply

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History, history_from_records
 from coach.policy.measured import (
     MAX_PROBE_MARGIN,

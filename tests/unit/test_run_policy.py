@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from coach.domain.jobs import JobSpec
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 from coach.policy.planning import CALIBRATION_POINTS, plan
 from coach.policy.run_policy import POLICIES, ClusterView, Counts, JobView, Wait

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coach.domain.jobs import JobSpec
-from coach.model.speed import SpeedObservation
+from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, JobView
 

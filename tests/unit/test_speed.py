@@ -1,4 +1,4 @@
-"""coach.model.speed: the speed surface f(w, s) = -b1 (w - b2)^2 - b3 (s - b4)^2 + b5, in full epochs per second.
+"""coach.estimates.speed: the speed surface f(w, s) = -b1 (w - b2)^2 - b3 (s - b4)^2 + b5, in full epochs per second.
 
 Known surfaces are sampled on grids and recovered, exactly and under seeded noise. Per axis, the number of
 distinct levels decides what the data identify: 1 level is flat, 2 levels (the calibration design) fix the
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coach.model.speed import MIN_EPOCHS_PER_S, SpeedFit, SpeedObservation, fit_speed
+from coach.estimates.speed import MIN_EPOCHS_PER_S, SpeedFit, SpeedObservation, fit_speed
 
 
 def surface(coefficients: tuple[float, float, float, float, float], workers: float, servers: float) -> float:

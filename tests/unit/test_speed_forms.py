@@ -1,4 +1,4 @@
-"""coach.model.speed_forms: every form recovers the parameters it was generated from, and states what it does
+"""coach.estimates.speed_forms: every form recovers the parameters it was generated from, and states what it does
 when the data cannot identify them (one point, one level on an axis)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from coach.model.speed import MIN_EPOCHS_PER_S, SpeedObservation, fit_speed
-from coach.model.speed_forms import (CHOSEN_FORM, COMM_TERMS, FORMS, OPTIMUS_TERMS, TERMS, fit_chosen, fit_comm,
+from coach.estimates.speed import MIN_EPOCHS_PER_S, SpeedObservation, fit_speed
+from coach.estimates.speed_forms import (CHOSEN_FORM, COMM_TERMS, FORMS, OPTIMUS_TERMS, TERMS, fit_chosen, fit_comm,
                                      fit_levels, fit_optimus)
 
 GRID = [(w, s) for w in (1, 2, 3, 4, 6) for s in (1, 2, 3)]

@@ -8,7 +8,7 @@ hold are not the round's to give. Every decision picks one action for one job, o
 An action is legal when the job's counts stay within its max_workers / max_servers, the slots are free, and one
 epoch at the new counts is predicted to cost no more than the money the job has left. STOP is always legal.
 
-Each job is described through its own speed fit (epochs per second at any counts, coach.model.speed_forms): its
+Each job is described through its own speed fit (epochs per second at any counts, coach.estimates.speed_forms): its
 predicted epoch time and cost at the counts given so far, and what each action would change in them. Every number
 is a deterministic function of the jobs and the counts given.
 """
@@ -22,7 +22,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from coach.domain.identity import slots_for
-from coach.model.cost import cost_from_speed
+from coach.estimates.cost import cost_from_speed
 from coach.simulator.policies.dl2.features import Observation, Shape
 
 WORKER, SERVER, BOTH = 0, 1, 2

@@ -1,6 +1,6 @@
 """The speed surface: how fast a job trains with w workers and s parameter servers. Pure, no side effects.
 
-This is the `quadratic` form of coach.model.speed_forms, which compares it with others on measured epochs and
+This is the `quadratic` form of coach.estimates.speed_forms, which compares it with others on measured epochs and
 names the form the policy uses.
 
 The policy chooses worker and server counts by predicting epoch time, so it needs a model of speed that is

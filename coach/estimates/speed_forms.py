@@ -6,7 +6,7 @@ policy uses (`fit_chosen`), chosen by benchmarks/fit_accuracy.py on measured LeN
 comparison is in benchmarks/README.md).
 
 The forms:
-- `quadratic`: the thesis's concave quadratic in speed, coach.model.speed.fit_speed.
+- `quadratic`: the thesis's concave quadratic in speed, coach.estimates.speed.fit_speed.
 - `optimus`: Optimus's step time theta0*B/w + theta1 + theta2*w/s + theta3*w + theta4*s with non-negative
   thetas. Coach keeps the per-worker batch b fixed (global batch B = b*w), so an epoch is N/(b*w) steps and
   its time is t = c1/w + c2/s + c3 + c4*s/w (c1 = N*(theta0*b + theta1)/b: B/w and 1 cannot be told apart
@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
-from coach.model.speed import MIN_EPOCHS_PER_S, SpeedObservation, check_observations, fit_speed
+from coach.estimates.speed import MIN_EPOCHS_PER_S, SpeedObservation, check_observations, fit_speed
 
 #: The terms a linear epoch-time form may use, by name: each a function of (workers, servers).
 TERMS: Mapping[str, Callable[[float, float], float]] = {

@@ -1,1 +1,0 @@
-"""Pure maths, no I/O: the cost model (and, later, the speed surface and the convergence curve)."""
