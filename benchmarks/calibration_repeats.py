@@ -48,7 +48,7 @@ class RepeatedCalibration(CoachPolicy):
 def run(folder: Path, base: dict, name: str, policy: str, **fields) -> list[dict]:
     from coach.app.run import run_jobs
     from coach.domain.cluster import DEFAULT_CLUSTER
-    from coach.files.jobs import load_job
+    from coach.inputs.jobs import load_job
     from coach.storage.results import read_log
 
     data = {**base, "name": name, "target_loss": 0.0, "budget": 1000.0, **fields}

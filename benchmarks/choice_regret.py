@@ -53,7 +53,7 @@ from coach.domain.jobs import JobSpec  # noqa: E402
 from coach.drivers.core import Ports  # noqa: E402
 from coach.drivers.fanout import SequentialFanOut  # noqa: E402
 from coach.drivers.virtual import VirtualDriver  # noqa: E402
-from coach.files.jobs import load_job  # noqa: E402
+from coach.inputs.jobs import load_job  # noqa: E402
 from coach.lifecycle import events as ev  # noqa: E402
 from coach.lifecycle.job import JobLifecycle  # noqa: E402
 from coach.estimates.speed_forms import CHOSEN_FORM  # noqa: E402

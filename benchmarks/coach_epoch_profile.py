@@ -224,7 +224,7 @@ def main(argv=None) -> int:
         return host_main(argv[1:])
     from bare_dist_sync import add_job_arguments
     from coach.domain.cluster import DEFAULT_CLUSTER
-    from coach.files.jobs import load_job
+    from coach.inputs.jobs import load_job
     from coach.app.run import run_jobs
     from epoch_overhead import CpuMeter, job_yaml, wait_until_quiet
 

@@ -48,7 +48,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in os.environ.
 
 from bare_dist_sync import add_job_arguments, run_bare  # noqa: E402
 from coach.domain.cluster import DEFAULT_CLUSTER  # noqa: E402
-from coach.files.jobs import load_job  # noqa: E402
+from coach.inputs.jobs import load_job  # noqa: E402
 from coach.domain.invocation import Reply  # noqa: E402
 from coach.platforms.local import LocalPlatform  # noqa: E402
 from coach.app.run import run_jobs  # noqa: E402

@@ -83,7 +83,7 @@ def job_file(folder: Path, base: dict, name: str, **fields) -> Path:
 def run_one(folder: Path, base: dict, name: str, **fields) -> list[dict]:
     from coach.app.run import run_jobs
     from coach.domain.cluster import DEFAULT_CLUSTER
-    from coach.files.jobs import load_job
+    from coach.inputs.jobs import load_job
     from coach.storage.results import read_log
 
     spec = load_job(job_file(folder, base, name, **fields))

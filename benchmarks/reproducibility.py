@@ -164,7 +164,7 @@ def run_once(args, tmp: Path, index: int) -> list[dict]:
     """One run_jobs call with args.jobs identical jobs; one dict per job: losses, epoch and compute times."""
     from coach.app.run import run_jobs
     from coach.domain.cluster import ClusterSpec, NodeSpec
-    from coach.files.jobs import load_job
+    from coach.inputs.jobs import load_job
 
     per_job = args.workers + args.servers + 1
     cluster = ClusterSpec(name="repro", nodes=tuple(NodeSpec(f"node-{i}", per_job, 0.0001)

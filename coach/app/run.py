@@ -38,8 +38,8 @@ from coach.app.learned import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
-from coach.files.limits import FileTooLarge, NotRegularFile
-from coach.files.runs import RunInputError, check_run_manifest, checked_records, read_json
+from coach.inputs.limits import FileTooLarge, NotRegularFile
+from coach.inputs.runs import RunInputError, check_run_manifest, checked_records, read_json
 from coach.storage.results import (ResultLog, drop_torn_tail, new_run_id,
                                    write_json_atomic)
 from coach.views.terminal import VIEWS

@@ -1,4 +1,4 @@
-"""JobSpec: one validated training job, as plain frozen data. Built by coach.files.jobs from a job file."""
+"""JobSpec: one validated training job, as plain frozen data. Built by coach.inputs.jobs from a job file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagra
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One validated training job; built by coach.files.jobs (`check_job`, `load_job`, `load_jobs`)."""
+    """One validated training job; built by coach.inputs.jobs (`check_job`, `load_job`, `load_jobs`)."""
 
     name: str                   # job name, safe as a file name
     source: Path                # absolute path of the job file

@@ -31,7 +31,7 @@ Matrix file (YAML; paths are relative to the matrix file; unknown fields are err
 
 Bounds (MATRIX_BOUNDS): `jobs` values 1-100, `repeat` 1-100, `static` counts 1-1024, `placement_timeout_s` finite
 in (0, 604800]; at most MAX_RUNS (10,000) runs; the template has the job files' bounds, and every job's seed
-(`seed + i - 1`) too. The file has the caps of coach.files.limits (1 MiB, 10,000 YAML values after aliases).
+(`seed + i - 1`) too. The file has the caps of coach.inputs.limits (1 MiB, 10,000 YAML values after aliases).
 
 Every combination is a *cell*, named `<model>-j<jobs>-<allocation>-<scheduler>` (e.g. `lenet-j2-static-gang`).
 A cell's run trains jobs `<model>-1` ... `<model>-<jobs>` concurrently; job i has seed `seed + i - 1`, so the
@@ -54,7 +54,7 @@ Selections (`coach compare A B`), each argument one of::
                                           alternatives with '|' (quote it in a shell): `scheduler=gang|gang-strict`
 
 Side effects: `load_matrix` reads the matrix, model and cluster files (it validates the generated jobs in memory,
-with coach.files.jobs). `run_experiment` writes the experiment folder and starts runs. `select_runs` only reads.
+with coach.inputs.jobs). `run_experiment` writes the experiment folder and starts runs. `select_runs` only reads.
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ import yaml
 from coach.analysis.power import repetitions_to_detect
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec
 
-from coach.files.cluster import ClusterFileError, load_cluster
-from coach.files.jobs import JOB_BOUNDS, JOB_FIELDS, JOB_NAME, YamlLoader  # the job-file format and YAML dialect
-from coach.files.jobs import check_job, load_jobs
-from coach.files.limits import (MAX_MATRIX_FILE_BYTES, MAX_MATRIX_VALUES, Bound, FileTooLarge, NotRegularFile,
+from coach.inputs.cluster import ClusterFileError, load_cluster
+from coach.inputs.jobs import JOB_BOUNDS, JOB_FIELDS, JOB_NAME, YamlLoader  # the job-file format and YAML dialect
+from coach.inputs.jobs import check_job, load_jobs
+from coach.inputs.limits import (MAX_MATRIX_FILE_BYTES, MAX_MATRIX_VALUES, Bound, FileTooLarge, NotRegularFile,
                                 YamlLimitError, YamlValueError, describe, one_line, read_capped, short)
-from coach.files.runs import RunInputError, check_summary, checked_records, read_json
-from coach.files.yaml_errors import invalid_yaml_line
+from coach.inputs.runs import RunInputError, check_summary, checked_records, read_json
+from coach.inputs.yaml_errors import invalid_yaml_line
 from coach.domain.jobs import JobSpec
 from coach.storage.results import new_run_id, write_json_atomic
 from coach.domain.records import iso
@@ -396,7 +396,7 @@ def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
 
 
 def _check_job_fields(matrix: Matrix, shown: str) -> list[str]:
-    """Validate the generated jobs with coach.files.jobs, in memory, and report problems against the matrix's fields.
+    """Validate the generated jobs with coach.inputs.jobs, in memory, and report problems against the matrix's fields.
 
     Each job is checked as run_experiment's job file will read back (job_file_text, parsed with the job-file
     dialect), so what passes here is what the runs load.

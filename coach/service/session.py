@@ -26,7 +26,7 @@ from coach.domain.records import JobOutcome, summary_dict
 from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver
-from coach.files.runs import RunInputError, checked_line
+from coach.inputs.runs import RunInputError, checked_line
 from coach.lifecycle.job import USER_STOP, JobLifecycle, ended_phase
 from coach.policy.history import fill_outcome
 from coach.ports import Platform

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from coach.domain.jobs import JobSpec
-from coach.files.jobs import check_job_text
+from coach.inputs.jobs import check_job_text
 
 SHOWN = "request"  # what starts an error line about a request body
 

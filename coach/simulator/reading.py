@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
+from coach.inputs.limits import FileTooLarge, NotRegularFile, read_capped
 
 
 def read_input(path: Path, max_bytes: int, error: type[ValueError]) -> bytes:

@@ -15,7 +15,7 @@ from typing import Callable
 from threadpoolctl import threadpool_limits
 
 from coach.domain.cluster import ClusterSpec, NodeSpec
-from coach.files.cluster import load_cluster
+from coach.inputs.cluster import load_cluster
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Outcome, Simulator
 from coach.simulator.policies import POLICIES

@@ -1,7 +1,7 @@
 """The `coach` command. Parses arguments, reads files, prints; the work happens in coach.app.run.
 
 Bad input never reaches the work: every option has a bounded, finite type (coach.ui.errors), every file is checked
-by coach.files before it is used, and whatever a user's file still manages to raise on the way (an OSError, a
+by coach.inputs before it is used, and whatever a user's file still manages to raise on the way (an OSError, a
 UnicodeDecodeError) becomes one line and exit code 2 in `main`, never a traceback.
 """
 
@@ -15,9 +15,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coach.files.cluster import ClusterFileError, load_cluster
-from coach.files.jobs import MAX_MONEY, JobFileError, load_jobs
-from coach.files.limits import one_line, short
+from coach.inputs.cluster import ClusterFileError, load_cluster
+from coach.inputs.jobs import MAX_MONEY, JobFileError, load_jobs
+from coach.inputs.limits import one_line, short
 from coach.ui.errors import EXIT_INTERRUPTED, BadInput, Parser, fail as _fail, integer, number
 from scheduler_fork import PROFILES
 
@@ -254,7 +254,7 @@ def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
     specs, cluster = _inputs([args.job], args.cluster)
     spec = specs[0]
-    from coach.files.runs import RunInputError, checked_records
+    from coach.inputs.runs import RunInputError, checked_records
     from coach.policy.history import history_from_records
     from coach.policy.run_policy import POLICIES, ClusterView, JobView, Wait
 

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable
 from typing import Callable, NoReturn
 
-from coach.files.limits import one_line, short
+from coach.inputs.limits import one_line, short
 
 #: Exit code of a command refused for bad input (nothing was started or written).
 EXIT_BAD_INPUT = 2

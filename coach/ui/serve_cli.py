@@ -99,7 +99,7 @@ def cmd_status(args) -> int:
 def cmd_submit(args) -> int:
     import yaml
 
-    from coach.files.limits import FileTooLarge, NotRegularFile, read_capped
+    from coach.inputs.limits import FileTooLarge, NotRegularFile, read_capped
     from coach.service.client import ClientError
 
     path = Path(args.file)

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from coach.files.cluster import ClusterFileError
+from coach.inputs.cluster import ClusterFileError
 from coach.ui.errors import fail, integer, number
 
 MAX_SEED = 2**32 - 1

@@ -181,7 +181,7 @@ def _run_to_the_end(command: list[str], env: dict[str, str]) -> int:
 
 
 def main(argv=None) -> int:
-    from coach.files.cluster import load_cluster
+    from coach.inputs.cluster import load_cluster
 
     parser = argparse.ArgumentParser(prog="python -m tests.fakes.stack", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", metavar="JOB", help="job files (YAML)")

@@ -11,7 +11,7 @@ import yaml
 
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from tests.fakes.stack import LoopbackStack
-from coach.files.jobs import load_job
+from coach.inputs.jobs import load_job
 from tests.support import stderr_of
 
 MODELS = Path(__file__).parent / "models"

@@ -28,7 +28,7 @@ from coach.app.run import run_jobs
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.identity import JOB_LABEL
 from tests.fakes.stack import BUCKET, LoopbackStack
-from coach.files.jobs import load_job
+from coach.inputs.jobs import load_job
 
 from tests.integration.conftest import MODELS, wait_until
 from tests.support import kube_client

@@ -18,7 +18,7 @@ import yaml
 from coach.app.compose import Site
 from coach.app.run import run_jobs
 from tests.fakes.stack import LoopbackStack
-from coach.files.jobs import load_job
+from coach.inputs.jobs import load_job
 from coach.platforms.nuclio import NuclioPlatform
 
 from tests.integration.conftest import MODELS

@@ -25,7 +25,7 @@ import pytest
 
 import coach.app.run
 from coach.domain.cluster import DEFAULT_CLUSTER
-from coach.files.jobs import load_job
+from coach.inputs.jobs import load_job
 from coach.ui.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

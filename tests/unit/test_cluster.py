@@ -12,7 +12,7 @@ import pytest
 
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 
-from coach.files.cluster import ClusterFileError, load_cluster, parse_cluster
+from coach.inputs.cluster import ClusterFileError, load_cluster, parse_cluster
 
 PRICE = "price_per_slot_s: 0.0001\n"
 ONE_NODE = PRICE + "nodes:\n  - name: a\n    slots: 1\n"

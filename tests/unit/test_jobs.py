@@ -16,7 +16,7 @@ import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
 
-from coach.files.jobs import JobCheck, JobFileError, YamlLoader, check_job, load_job, load_jobs
+from coach.inputs.jobs import JobCheck, JobFileError, YamlLoader, check_job, load_job, load_jobs
 
 VALID_MODEL = "def build_model():\n    return None\n\n\ndef load_data():\n    return None\n"
 
@@ -463,9 +463,9 @@ def test_the_model_file_is_parsed_never_executed(folder: Path) -> None:
 
 
 def test_the_module_does_not_import_mxnet() -> None:
-    import coach.files.jobs
+    import coach.inputs.jobs
 
-    tree = ast.parse(Path(coach.files.jobs.__file__).read_text())
+    tree = ast.parse(Path(coach.inputs.jobs.__file__).read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -477,7 +477,7 @@ def test_the_module_does_not_import_mxnet() -> None:
         if isinstance(node, ast.ImportFrom)
     }
     assert "mxnet" not in imported
-    assert coach.files.jobs.__doc__ and "reading" in coach.files.jobs.__doc__
+    assert coach.inputs.jobs.__doc__ and "reading" in coach.inputs.jobs.__doc__
 
 
 def test_two_yaml_documents_in_one_job_file_are_rejected(folder: Path) -> None:
@@ -527,7 +527,7 @@ def test_check_job_resolves_the_model_from_the_folder_it_is_given(folder: Path, 
 
 
 def test_every_numeric_field_has_a_bound_table_entry() -> None:
-    from coach.files.jobs import JOB_BOUNDS
+    from coach.inputs.jobs import JOB_BOUNDS
 
     numeric = {"batch_size", "consecutive", "max_epochs", "workers", "servers", "max_workers", "max_servers",
                "seed", "max_retries", "learning_rate", "target_loss", "budget", "epoch_timeout_s",
@@ -560,7 +560,7 @@ def test_one_past_a_bound_is_one_line(folder: Path, extra: str, expected: str) -
 
 
 def test_each_optimizer_accepts_its_own_mxnet_parameters(folder: Path) -> None:
-    from coach.files.jobs import OPTIMIZER_PARAMS
+    from coach.inputs.jobs import OPTIMIZER_PARAMS
 
     for optimizer, names in OPTIMIZER_PARAMS.items():
         params = ", ".join(f"{name}: 0.5" for name in names)
@@ -579,7 +579,7 @@ def test_an_unknown_optimizer_parameter_lists_the_allowed_ones(folder: Path) -> 
 def test_the_optimizer_parameter_table_matches_mxnet() -> None:
     # The table is written out so that validation never imports mxnet; this reads the real signatures once, in a
     # separate process so that this one does not load mxnet.
-    from coach.files.jobs import MXNET_OPTIMIZER_KWARGS
+    from coach.inputs.jobs import MXNET_OPTIMIZER_KWARGS
 
     script = (
         "import inspect, json\n"

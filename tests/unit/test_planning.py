@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coach.ui.cli import main
-from coach.files.jobs import load_job
+from coach.inputs.jobs import load_job
 from coach.policy.history import full_epoch_time_s, history_from_records, observations, training_metrics
 from coach.policy.planning import CALIBRATION_POINTS, plan
 

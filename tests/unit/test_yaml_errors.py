@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coach.experiments.matrix import MatrixFileError, load_matrix
-from coach.files.cluster import ClusterFileError, load_cluster
-from coach.files.jobs import JobFileError, load_job
+from coach.inputs.cluster import ClusterFileError, load_cluster
+from coach.inputs.jobs import JobFileError, load_job
 
 BROKEN = "name: x\nbudget: 1: 2\n"  # a mapping value where none may start, on line 2
 

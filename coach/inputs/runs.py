@@ -19,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from coach.files.cluster import ClusterFileError, parse_cluster
-from coach.files.jobs import JOB_FIELDS, check_job
-from coach.files.limits import Bound, describe, field_name, one_line, read_capped, short
+from coach.inputs.cluster import ClusterFileError, parse_cluster
+from coach.inputs.jobs import JOB_FIELDS, check_job
+from coach.inputs.limits import Bound, describe, field_name, one_line, read_capped, short
 
 #: Largest run.json / summary.json / manifest.json read, in bytes.
 MAX_JSON_BYTES = 64 << 20

@@ -14,7 +14,7 @@ All problems of all files are collected and raised together in one
 
 Every number has a bound (``JOB_BOUNDS``), every optimizer parameter must be one
 MXNet 1.9.1's optimizer takes (``OPTIMIZER_PARAMS``), and the file itself has the
-caps of :mod:`coach.files.limits` (size, YAML values after expanding aliases,
+caps of :mod:`coach.inputs.limits` (size, YAML values after expanding aliases,
 nesting), so no job file costs more than a one-line error to refuse.
 
 Side effects: none besides *reading* the job files and the model files they
@@ -39,10 +39,10 @@ import yaml
 
 from coach.domain.jobs import OPTIMIZERS, JobSpec
 from coach.estimates.batch_size import SCALINGS
-from coach.files.limits import (MAX_JOB_FILE_BYTES, MAX_JOB_VALUES, MAX_MESSAGE, MAX_MODEL_FILE_BYTES, Bound,
+from coach.inputs.limits import (MAX_JOB_FILE_BYTES, MAX_JOB_VALUES, MAX_MESSAGE, MAX_MODEL_FILE_BYTES, Bound,
                                 BoundedLoader, FileTooLarge, NotRegularFile, YamlLimitError, YamlValueError,
                                 describe, field_name, one_line, read_capped, short)
-from coach.files.yaml_errors import FILE_FIELD, invalid_yaml  # FILE_FIELD: FIELD of problems with the whole file
+from coach.inputs.yaml_errors import FILE_FIELD, invalid_yaml  # FILE_FIELD: FIELD of problems with the whole file
 
 __all__ = ["OPTIMIZERS", "OPTIMIZER_PARAMS", "JOB_BOUNDS", "JOB_FIELDS", "JobCheck", "JobFileError", "JobSpec",
            "YamlLoader", "check_job", "load_job", "load_jobs"]
@@ -214,7 +214,7 @@ class _Problems:
 
 class _Loader(BoundedLoader):
     """SafeLoader that also reads YAML 1.2 floats such as ``1e-3`` (YAML 1.1 reads a string), with the bounds of
-    :class:`~coach.files.limits.BoundedLoader` (depth, values after expanding aliases)."""
+    :class:`~coach.inputs.limits.BoundedLoader` (depth, values after expanding aliases)."""
 
     max_values = MAX_JOB_VALUES
 
@@ -632,7 +632,7 @@ def _load_one(path: str | Path) -> JobCheck:
 
 #: Every field a job file may have (matrix files of `coach experiment` reuse it).
 JOB_FIELDS: tuple[str, ...] = _KNOWN
-#: The YAML dialect of job files: safe, with YAML 1.2 floats such as `1e-3`, and bounded (coach.files.limits).
+#: The YAML dialect of job files: safe, with YAML 1.2 floats such as `1e-3`, and bounded (coach.inputs.limits).
 YamlLoader = _Loader
 #: What a job name may be (it becomes a file name).
 JOB_NAME = _NAME_RE

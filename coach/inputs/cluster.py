@@ -2,7 +2,7 @@
 
 Money is never silent: every node must have a price, its own `price_per_slot_s` or the file's top-level one; a
 file that leaves a node without any is an error (only the embedded default cluster, which no file describes, has
-its documented 0.0001). Every number has the bounds of CLUSTER_BOUNDS, and the file the caps of coach.files.limits.
+its documented 0.0001). Every number has the bounds of CLUSTER_BOUNDS, and the file the caps of coach.inputs.limits.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import yaml
 
 from coach.domain.cluster import ClusterSpec, DEFAULT_CLUSTER, NodeSpec
-from coach.files.jobs import YamlLoader
-from coach.files.limits import (MAX_CLUSTER_FILE_BYTES, MAX_CLUSTER_VALUES, Bound, FileTooLarge, NotRegularFile,
+from coach.inputs.jobs import YamlLoader
+from coach.inputs.limits import (MAX_CLUSTER_FILE_BYTES, MAX_CLUSTER_VALUES, Bound, FileTooLarge, NotRegularFile,
                                 YamlLimitError, YamlValueError, one_line, read_capped, short)
-from coach.files.yaml_errors import FILE_FIELD, invalid_yaml_line
+from coach.inputs.yaml_errors import FILE_FIELD, invalid_yaml_line
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TOP_FIELDS = {"name", "price_per_slot_s", "nodes", "scheduler"}
