@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from urllib.parse import unquote, urlparse
 
 from coach.domain.cluster import ClusterSpec
-from coach.placement.fork import ForkPlacement
+from coach.placement.in_process import InProcessPlacement
 from coach.platforms.local import LocalPlatform
 from coach.ports import CheckpointStore, Placement, Platform
 from coach.storage.checkpoints import FileCheckpointStore
@@ -116,11 +116,11 @@ PLATFORMS: Mapping[str, Callable[[Path, str, Site], Platform]] = {
 }
 
 #: Platform name -> the placement that goes with it.
-PLACEMENT_OF: Mapping[str, str] = {"local": "fork", "nuclio": "kube"}
+PLACEMENT_OF: Mapping[str, str] = {"local": "scheduler_fork", "nuclio": "kube"}
 
 #: Placement name -> factory(cluster, scheduler profile, platform, site).
 PLACEMENTS: Mapping[str, Callable[[ClusterSpec, str, Platform, Site], Placement]] = {
-    "fork": lambda cluster, profile, platform, site: ForkPlacement(cluster, profile),
+    "scheduler_fork": lambda cluster, profile, platform, site: InProcessPlacement(cluster, profile),
     "kube": _kube,
 }
 

@@ -64,7 +64,7 @@ class RunConfig:
     policy: str = DEFAULT_POLICY  # a key of POLICIES
     placement_timeout_s: float = 30.0  # how long a job waits for its quorum before it is requeued
     platform: str = "local"  # a key of PLATFORMS
-    placement: str = "fork"  # a key of PLACEMENTS
+    placement: str = "scheduler_fork"  # a key of PLACEMENTS
     checkpoints: str | None = None  # the checkpoint store's URL (`s3://bucket/prefix`); None: <run dir>/checkpoints
     site: Site = Site()  # where the functions run (its platform is `platform`)
 
@@ -208,7 +208,7 @@ def load_run(run_dir: Path) -> LoadedRun:
         cluster = ClusterSpec.from_dict(manifest["cluster"])
         config = RunConfig(scheduler=manifest["scheduler"], policy=manifest.get("policy", DEFAULT_POLICY),
                            placement_timeout_s=float(manifest["placement_timeout_s"]),
-                           platform=manifest.get("platform", "local"), placement=manifest.get("placement", "fork"),
+                           platform=manifest.get("platform", "local"), placement=manifest.get("placement", "scheduler_fork"),
                            checkpoints=manifest.get("checkpoints"),
                            site=Site.from_dict(manifest.get("site"), manifest.get("platform", "local")))
     except OSError as error:

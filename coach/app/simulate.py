@@ -56,7 +56,7 @@ def simulate_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = 
     def finished(lc: JobLifecycle, now_s: float) -> None:
         fill_outcome(outcomes[lc.spec.name], lc.history, now_s)
 
-    ports = Ports(placement=PLACEMENTS["fork"](cluster, scheduler, platform, Site()), platform=platform, store=store, sinks=sinks,
+    ports = Ports(placement=PLACEMENTS["scheduler_fork"](cluster, scheduler, platform, Site()), platform=platform, store=store, sinks=sinks,
                   view=QuietView(run_id))
     lifecycles = [JobLifecycle(spec, run_id, cluster, chosen.calibration(spec), placement_timeout_s)
                   for spec in specs]

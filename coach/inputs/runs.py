@@ -275,7 +275,7 @@ def check_run_manifest(manifest: Any, shown: str, *, schedulers: Collection[str]
         if key not in manifest:
             problem(key, "required field missing")
     for key, known, default in (("scheduler", schedulers, None), ("policy", policies, "coach"),
-                                ("platform", platforms, "local"), ("placement", placements, "fork")):
+                                ("platform", platforms, "local"), ("placement", placements, "scheduler_fork")):
         value = manifest.get(key, default)
         if key in manifest and (not isinstance(value, str) or value not in known):
             problem(key, f"unknown {key} {describe(value)}; known: {', '.join(sorted(known))}")

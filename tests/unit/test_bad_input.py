@@ -427,7 +427,7 @@ def run_folder(here: Path) -> Path:
     write(run_dir, "run.json", json.dumps({
         "schema": 2, "run_id": run_dir.name, "command": ["coach"], "started": "2026-01-01T00:00:00.000+00:00",
         "scheduler": "gang", "policy": "coach", "placement_timeout_s": 30.0, "platform": "local",
-        "placement": "fork", "cluster": DEFAULT_CLUSTER.to_dict(), "jobs": [spec.to_dict()]}))
+        "placement": "scheduler_fork", "cluster": DEFAULT_CLUSTER.to_dict(), "jobs": [spec.to_dict()]}))
     write(run_dir, "summary.json", json.dumps({
         "run_id": run_dir.name, "started": "2026-01-01T00:00:00.000+00:00", "ended": None, "makespan_s": None,
         "jobs": {"tiny": {"submitted": "2026-01-01T00:00:00.000+00:00", "finished": None, "jct_s": None}}}))

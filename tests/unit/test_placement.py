@@ -6,7 +6,7 @@ import pytest
 
 from coach.domain.cluster import DEFAULT_CLUSTER, ClusterSpec, NodeSpec
 from coach.domain.identity import FunctionId, Role, functions_for, has_quorum, role_counts
-from coach.placement.fork import ForkPlacement
+from coach.placement.in_process import InProcessPlacement
 
 
 def test_functions_carry_their_identity_as_labels():
@@ -19,7 +19,7 @@ def test_functions_carry_their_identity_as_labels():
 
 
 def test_a_job_that_fits_is_bound_whole_and_its_release_frees_the_slots():
-    placement = ForkPlacement(DEFAULT_CLUSTER, "gang")
+    placement = InProcessPlacement(DEFAULT_CLUSTER, "gang")
     placement.submit("a", functions_for("a", 2, 1))
     bound = placement.poll("a", 0.0)
     assert sorted(bound, key=FunctionId.sort_key) == list(functions_for("a", 2, 1))
@@ -30,7 +30,7 @@ def test_a_job_that_fits_is_bound_whole_and_its_release_frees_the_slots():
 
 
 def test_polling_returns_only_the_jobs_own_pods_even_when_names_share_a_prefix():
-    placement = ForkPlacement(DEFAULT_CLUSTER, "gang")
+    placement = InProcessPlacement(DEFAULT_CLUSTER, "gang")
     placement.submit("a", functions_for("a", 1, 1))
     placement.submit("a-b", functions_for("a-b", 1, 1))
     assert set(placement.poll("a", 0.0)) == set(functions_for("a", 1, 1))
@@ -39,7 +39,7 @@ def test_polling_returns_only_the_jobs_own_pods_even_when_names_share_a_prefix()
 
 def test_the_default_profile_deadlocks_on_interleaved_pods_and_says_so():
     one_node = ClusterSpec("one", (NodeSpec("solo", 4, 0.001),))
-    placement = ForkPlacement(one_node, "default")
+    placement = InProcessPlacement(one_node, "default")
     a, b = functions_for("a", 2, 1), functions_for("b", 2, 1)  # each needs 4 of the 4 slots
     for pod_a, pod_b in zip(a, b):  # pods arrive interleaved, as two controllers create them
         placement.submit("a", [pod_a])
@@ -52,7 +52,7 @@ def test_the_default_profile_deadlocks_on_interleaved_pods_and_says_so():
 @pytest.mark.parametrize("profile", ["gang", "gang-strict"])
 def test_gang_profiles_place_the_first_job_whole_on_the_same_arrival(profile):
     one_node = ClusterSpec("one", (NodeSpec("solo", 4, 0.001),))
-    placement = ForkPlacement(one_node, profile)
+    placement = InProcessPlacement(one_node, profile)
     a, b = functions_for("a", 2, 1), functions_for("b", 2, 1)
     for pod_a, pod_b in zip(a, b):
         placement.submit("a", [pod_a])
@@ -64,4 +64,4 @@ def test_gang_profiles_place_the_first_job_whole_on_the_same_arrival(profile):
 
 def test_an_unknown_profile_is_refused():
     with pytest.raises(ValueError, match="unknown scheduler profile 'fifo'"):
-        ForkPlacement(DEFAULT_CLUSTER, "fifo")
+        InProcessPlacement(DEFAULT_CLUSTER, "fifo")

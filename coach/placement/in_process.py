@@ -15,7 +15,7 @@ from coach.domain.identity import QUORUM, FunctionId
 from scheduler_fork import PROFILES, Node, Pod, PodGroup, Scheduler
 
 
-class ForkPlacement:
+class InProcessPlacement:
     """The run's scheduler: jobs submit pods for their functions, poll for bindings, release when done."""
 
     def __init__(self, spec: ClusterSpec, profile: str = "gang", seed: int = 0):
