@@ -137,7 +137,7 @@ def run_job(spec: JobSpec, table: Table, policy: Policy, seed: int, noise: float
     model = NoisyTableModel(fixed_s=table.fixed_s, table=table, seed=seed, noise=noise)
     platform = NoisyPlatform(store, {spec.name: model})
     sink = MemorySink()
-    ports = Ports(placement=PLACEMENTS["fork"](CLUSTER, "gang", platform, Site()), platform=platform, store=store,
+    ports = Ports(placement=PLACEMENTS["scheduler_fork"](CLUSTER, "gang", platform, Site()), platform=platform, store=store,
                   sinks={spec.name: sink}, view=QuietView("regret"))
     lifecycle = JobLifecycle(spec, "regret", CLUSTER, policy.calibration(spec), 30.0)
     driver = VirtualDriver([lifecycle], policy, ClusterView(CLUSTER.total_slots, 0.0001), ports,
