@@ -1,7 +1,7 @@
 """Where a Coach epoch's time goes, segment by segment, inside the forked worker child.
 
 Runs one Coach job (same defaults as epoch_overhead.py) on the local platform, but its function hosts are
-started through this file, which wraps a few functions of `functions.runtime` and MXNet with timers *in the
+started through this file, which wraps a few functions of `coach_functions.runtime` and MXNet with timers *in the
 host process only* (nothing in the repository is modified; children inherit the wrappers through fork).
 Each wrapper ends with `mx.nd.waitall()` so asynchronous engine work is charged to the segment that queued it;
 this serialises a little and makes the profiled epochs slightly slower than unprofiled ones.
@@ -81,7 +81,7 @@ def install_wrappers() -> None:
     import mxnet as mx
     from mxnet import gluon
 
-    from functions import runtime
+    from coach_functions import runtime
 
     marks: list[tuple[str, float]] = []
     steps: list[float] = []

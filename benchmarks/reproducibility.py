@@ -9,8 +9,8 @@ per epoch and per training step.
 are started through this file, which wraps functions *in the host process* (children inherit the wrappers
 through fork); nothing in the repository is modified.
 
-    current         functions/runtime.py as it is
-    head            functions/runtime.py as the last commit has it (`git show HEAD:functions/runtime.py`)
+    current         coach_functions/runtime.py as it is
+    head            coach_functions/runtime.py as the last commit has it (`git show HEAD:coach_functions/runtime.py`)
     unsynced        runtime.py with `_await_broadcast` made a no-op: the broadcast happens inside the first step,
                     as before the fix
     waitall-after   unsynced + mx.nd.waitall() after every trainer.step
@@ -73,22 +73,22 @@ def install_variant(variant: str) -> None:
     import mxnet as mx
     from mxnet import gluon
 
-    from functions import runtime
+    from coach_functions import runtime
 
     if variant == "current":
         return
     if variant == "head":  # the committed runtime replaces the working tree's before the handler imports it
         import types
 
-        source = subprocess.run(["git", "show", "HEAD:functions/runtime.py"], cwd=REPO, check=True,
+        source = subprocess.run(["git", "show", "HEAD:coach_functions/runtime.py"], cwd=REPO, check=True,
                                 capture_output=True, text=True).stdout
-        module = types.ModuleType("functions.runtime")
-        module.__file__ = "HEAD:functions/runtime.py"
-        sys.modules["functions.runtime"] = module
+        module = types.ModuleType("coach_functions.runtime")
+        module.__file__ = "HEAD:coach_functions/runtime.py"
+        sys.modules["coach_functions.runtime"] = module
         exec(compile(source, module.__file__, "exec"), module.__dict__)
-        import functions
+        import coach_functions
 
-        functions.runtime = module
+        coach_functions.runtime = module
         return
     if hasattr(runtime, "_await_broadcast"):  # the fix: replaced by a no-op to get the old behaviour back
         runtime._await_broadcast = lambda trainer, params: None
@@ -215,7 +215,7 @@ def describe(diagnosis: dict | None, reference: dict | None) -> str:
 
 def steps_per_worker(args) -> int:
     """Training steps per worker in one full epoch (loads the model file's data, as a worker does)."""
-    from functions.runtime import HostState, load_model
+    from coach_functions.runtime import HostState, load_model
 
     _, data = load_model(HostState(), str(Path(args.model).resolve()))
     return -(-(len(data["X_train"]) // args.workers) // args.batch_size)

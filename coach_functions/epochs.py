@@ -1,6 +1,6 @@
 """Where a function's running epoch children are registered, so that a cancel reaches them from any worker process.
 
-Why: Nuclio runs one wrapper process per worker of the HTTP trigger (functions/*/function.yaml has two, so that a
+Why: Nuclio runs one wrapper process per worker of the HTTP trigger (coach_functions/*/function.yaml has two, so that a
 cancel can come in while an epoch runs), and hands each request to a free one: the cancel lands in another process
 than the epoch it must stop. Those processes share their container's file system and PID namespace, so each epoch
 child is registered as an empty file in a folder of the container's temp dir, named after the function's

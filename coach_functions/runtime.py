@@ -22,13 +22,13 @@ goes to stderr, which is the function's log.
 Replies are standard JSON (never NaN or Infinity). A worker whose training loss or parameters stop being finite
 ends its training loop with every other worker at the same step, tears down as usual and replies
 `diverged: true`, with no checkpoint. A worker whose deadline comes before the end of its shard does the same,
-a reserve before it (coach/domain/deadlines.py, functions/deadline.py), and replies `stopped_early: true` with
+a reserve before it (coach/domain/deadlines.py, coach_functions/deadline.py), and replies `stopped_early: true` with
 the samples it trained and, from rank 0, the checkpoint of them: a partial epoch, not a 504.
 
 A host keeps only what the model file gives: its module, its data, and the classes the first worker epoch's shape
 pass found for it (a field of the child's reply that the host takes out); an epoch from a checkpoint, whose file
 gives every shape, then runs no shape pass. At the job's warm request, before any epoch, a worker host also warms
-MXNet up for every batch shape the job's epochs use at 1-4 workers, on a throw-away model (functions/warmup.py):
+MXNet up for every batch shape the job's epochs use at 1-4 workers, on a throw-away model (coach_functions/warmup.py):
 every child forked after it starts warm, and no number an epoch computes changes. Nothing is warmed while an epoch
 runs: on two shared CPUs that would slow the epoch (and a calibration mini-epoch, which is a measurement).
 
@@ -66,13 +66,13 @@ from coach.domain.contracts import (
     WorkerReply,
 )
 from coach.domain.deadlines import training_stop_s
-from functions import checkpoints
-from functions.deadline import VALIDATION_BATCH_STEPS, StopVote
-from functions.epochs import EpochRegistry, registry_from_env
-from functions.noise_scale import NoiseProbe
-from functions.shards import shard_samples
-from functions.validation import SharedValidation
-from functions.warmup import Warmth, job_shapes, warm_up
+from coach_functions import checkpoints
+from coach_functions.deadline import VALIDATION_BATCH_STEPS, StopVote
+from coach_functions.epochs import EpochRegistry, registry_from_env
+from coach_functions.noise_scale import NoiseProbe
+from coach_functions.shards import shard_samples
+from coach_functions.validation import SharedValidation
+from coach_functions.warmup import Warmth, job_shapes, warm_up
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal the child when the forking thread dies
 
@@ -130,7 +130,7 @@ class HostState:
     classes: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
     children: set[int] = field(default_factory=set)  # pids of running epoch children
     # where the children are registered for a cancel that another worker process of the function receives
-    # (functions/epochs.py); None: this process is the function's only one, its `children` are all there is
+    # (coach_functions/epochs.py); None: this process is the function's only one, its `children` are all there is
     epochs: EpochRegistry | None = field(default_factory=registry_from_env)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # held from making a child's pipes until the host has closed the child's ends: no other child may inherit
@@ -145,7 +145,7 @@ class HostState:
     joined_id: str | None = None  # the last announcement a child of this host joined: no other child may join it
     wants_spare: threading.Event = field(default_factory=threading.Event)
     keeper: threading.Thread | None = None
-    warmth: Warmth = field(default_factory=Warmth)  # the batch shapes warmed in this host (functions/warmup.py)
+    warmth: Warmth = field(default_factory=Warmth)  # the batch shapes warmed in this host (coach_functions/warmup.py)
 
 
 def init_host(context) -> None:
@@ -481,7 +481,7 @@ def _keep_spare(host: HostState) -> None:
 
 
 def warm_host(host: HostState, model_path: str, module, data: dict, batch_size: int) -> None:
-    """Warm MXNet in this worker host for the batch shapes of a job's epochs at 1-4 workers (functions/warmup.py),
+    """Warm MXNet in this worker host for the batch shapes of a job's epochs at 1-4 workers (coach_functions/warmup.py),
     those not tried yet for `module`, the most used first, within WARM_UP_LIMIT_S: every child forked after it starts
     warm. Holds the fork lock meanwhile, so that no child is forked while the host's MXNet engine runs; a warm-up
     that fails is logged and not tried again (the epochs start cold, and show the model file's own faults)."""
@@ -559,7 +559,7 @@ def _forked(host: HostState, parent_pid: int) -> None:
 
 def _registered(host: HostState) -> None:
     """An epoch child, before its work: registered where a cancel received by any worker process of the function
-    finds it (functions/epochs.py); its host discards the entry when it reaps it."""
+    finds it (coach_functions/epochs.py); its host discards the entry when it reaps it."""
     if host.epochs is not None:
         host.epochs.add(os.getpid())
 
@@ -796,16 +796,16 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
 def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThread | None" = None,
                      classes_known: Any = UNKNOWN) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
-    slice of the validation set (functions/validation.py); rank 0 replies the whole set's figures and saves.
+    slice of the validation set (coach_functions/validation.py); rank 0 replies the whole set's figures and saves.
 
     The whole preparation (building the model, loading the checkpoint, the shape pass) overlaps the ps-lite
     rendezvous (`join_kvstore`), when a spare has not joined it ahead already; a broken model file found meanwhile is
     rejected (EpochError) and the controller cancels the peers that joined. A training loss or parameters
     that stop being finite end the training loop of every worker at the same step (see `_train`); such an epoch
     replies `diverged` and saves nothing. The deadline does too, a reserve before it (coach/domain/deadlines.py,
-    functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
+    coach_functions/deadline.py): the epoch replies `stopped_early` with what it trained, validated and saved as usual
     (nothing saved if it trained nothing). `joining` is the kvstore a spare joined ahead at the request's
-    rendezvous (functions/runtime.py's `join_ahead`), if any. `classes_known`: what an earlier epoch's shape pass
+    rendezvous (coach_functions/runtime.py's `join_ahead`), if any. `classes_known`: what an earlier epoch's shape pass
     found for this module (`known_classes`); an epoch from a checkpoint then skips its own."""
     entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
     os.environ.update(ps_environment(request.role, request.ps))
@@ -1016,7 +1016,7 @@ def _train(net, trainer, loss_fn, x, y, order_seed: int, batch_size: int, num_wo
       parameter, so a later read sees it on all of them);
     - after the last step the same check decides.
     The parameters are the same on every worker after every step, so they all decide alike.
-    The deadline stops every worker at the same step through `vote` (functions/deadline.py says why not through
+    The deadline stops every worker at the same step through `vote` (coach_functions/deadline.py says why not through
     the probe): read before pushing a step's gradients, cast after it; `vote.stopped` tells."""
     import mxnet as mx
     import numpy as np

@@ -1,5 +1,5 @@
 """How many training samples each worker of an epoch trains on: one rule for the epoch that trains them and for the
-warm-up that prepares a host for their batch shapes (functions/warmup.py)."""
+warm-up that prepares a host for their batch shapes (coach_functions/warmup.py)."""
 
 from __future__ import annotations
 

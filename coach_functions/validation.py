@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from functions.deadline import STOP_KEY
+from coach_functions.deadline import STOP_KEY
 
 #: The kvstore key of the sums: beside the stop vote's, above any parameter index Gluon's Trainer uses.
 VALIDATION_KEY = STOP_KEY + 1

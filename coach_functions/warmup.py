@@ -29,8 +29,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from functions.shards import shard_samples
-from functions.validation import batch_size_for_validation, slice_bounds
+from coach_functions.shards import shard_samples
+from coach_functions.validation import batch_size_for_validation, slice_bounds
 
 #: At most this many batch shapes are warmed per loaded model module (a job's are about a dozen).
 MAX_SHAPES = 32
@@ -62,7 +62,7 @@ def job_shapes(batch_size: int, train_samples: int, val_samples: int,
     """(pass, rows) of every batch a job's epochs run at 1..max_workers workers, each once, the most used first: a
     full training batch (nearly every step), one a sample short (the last batch of a calibration mini-epoch,
     coach/policy/planning.py), the last batch of a full epoch's shard, then the validation batches of every rank's
-    slice (contiguous slices in larger batches, functions/validation.py)."""
+    slice (contiguous slices in larger batches, coach_functions/validation.py)."""
     training = [rows for rows in (batch_size, batch_size - 1) if rows > 0]
     validation = []
     step = batch_size_for_validation(batch_size)

@@ -20,7 +20,7 @@ from coach.ports import CheckpointStore, Placement, Platform
 from coach.storage.checkpoints import FileCheckpointStore
 from coach.storage.s3 import S3CheckpointStore
 
-DEFAULT_IMAGE = "coach-functions:latest"  # the function image (functions/Dockerfile) a Nuclio site deploys
+DEFAULT_IMAGE = "coach-functions:latest"  # the function image (coach_functions/Dockerfile) a Nuclio site deploys
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ class PsAddress:
 @dataclass(frozen=True)
 class NextEpoch:
     """Where the next epoch of the same functions at the same counts will meet, announced ahead so that a spare
-    child joins it now (functions/runtime.py); that epoch's request carries `id` as its `rendezvous_id`. The id,
+    child joins it now (coach_functions/runtime.py); that epoch's request carries `id` as its `rendezvous_id`. The id,
     not the address, tells them apart: an address comes back once the epoch announced there has not come."""
 
     id: str  # unique to this announcement
@@ -278,7 +278,7 @@ class EpochRequest:
 @dataclass(frozen=True)
 class WarmRequest:
     """Load the model file and its data now, not inside the first timed epoch; with the job's per-worker batch
-    size, also warm MXNet up for its batch shapes (functions/warmup.py), so that calibration measures the warm
+    size, also warm MXNet up for its batch shapes (coach_functions/warmup.py), so that calibration measures the warm
     children the epochs will run in."""
 
     model_path: str
@@ -358,7 +358,7 @@ class WorkerReply:
     `checkpoint_saved` is None: diverged parameters are never saved. A loss_sum of None is refused otherwise.
 
     `stopped_early`: the epoch's deadline came before the end of the shard, so every worker left its training loop
-    after the same step (functions/deadline.py) and rank 0 validated and saved what they had trained; `samples` of
+    after the same step (coach_functions/deadline.py) and rank 0 validated and saved what they had trained; `samples` of
     `shard_samples` says how much of the epoch that was (none at all: no checkpoint)."""
 
     rank: int  # 0 .. num_workers - 1
@@ -379,7 +379,7 @@ class WorkerReply:
     # told, or fewer than two steps to tell it by
     warmup_s: float | None = None
     # with hyper.measure_noise and 2+ workers: unbiased estimates of tr(Sigma) and |G|^2 per sample (grad_var may be
-    # negative), averaged over `noise_steps` sampled steps (functions/noise_scale.py)
+    # negative), averaged over `noise_steps` sampled steps (coach_functions/noise_scale.py)
     grad_var: float | None = None
     grad_sqr: float | None = None
     noise_steps: int | None = None

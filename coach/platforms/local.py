@@ -26,11 +26,11 @@ from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERRO
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
 from coach.platforms.template import HostProcess, TemplateError, readable, template_for
 
-#: Nuclio handler of each parameter-server role (`spec.handler` in functions/<role>/function.yaml).
+#: Nuclio handler of each parameter-server role (`spec.handler` in coach_functions/<role>/function.yaml).
 ROLE_HANDLERS: Mapping[Role, str] = {
-    Role.SCHEDULER: "functions.scheduler.main:handler",
-    Role.SERVER: "functions.server.main:handler",
-    Role.WORKER: "functions.worker.main:handler",
+    Role.SCHEDULER: "coach_functions.scheduler.main:handler",
+    Role.SERVER: "coach_functions.server.main:handler",
+    Role.WORKER: "coach_functions.worker.main:handler",
 }
 LOOPBACK = "127.0.0.1"  # every node of the embedded platform is this machine
 

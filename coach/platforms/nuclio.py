@@ -129,7 +129,7 @@ class NuclioPlatform:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"nuclio dashboard URL {dashboard_url!r}: expected http://HOST:PORT")
         if not image:
-            raise ValueError("nuclio function image: empty (build and push functions/Dockerfile, then name it)")
+            raise ValueError("nuclio function image: empty (build and push coach_functions/Dockerfile, then name it)")
         self.dashboard_url = dashboard_url.rstrip("/")
         self.namespace = namespace
         self.image = image
@@ -411,7 +411,7 @@ class NuclioPlatform:
 
     def joins_ahead(self, scheduler: FunctionRef) -> bool:
         """Only when every function runs one worker process. Nuclio's Python runtime runs one wrapper process per
-        worker of the HTTP trigger (functions/*/function.yaml has two, so that a cancel reaches a function while its
+        worker of the HTTP trigger (coach_functions/*/function.yaml has two, so that a cancel reaches a function while its
         epoch runs), each a host of its own, and consecutive events may go to different workers: a step announced
         to one could find its node joined by the other."""
         return all(trigger_workers(config) == 1 for config in self.configs.values())

@@ -1,12 +1,12 @@
 """A Coach function as a Nuclio function config: its name, labels, spec and env. Reads function.yaml; no other I/O.
 
 Why a module of its own: Nuclio reads a function config non-strictly, so a misspelt or retired key is dropped
-without a word. Every key of `functions/<role>/function.yaml` is therefore checked here against the fields of
+without a word. Every key of `coach_functions/<role>/function.yaml` is therefore checked here against the fields of
 Nuclio's own config types (`pkg/functionconfig/types.go`: `Meta`, `Spec`, `Trigger`), and a retired key
 (`maxWorkers`, replaced by `numWorkers`) is refused with the replacement named.
 
 The config sent to the dashboard is the file's spec without its `build` section (the image is built beforehand
-from functions/Dockerfile: nothing is built on the cluster), plus `spec.image`, the run's token and the caller's
+from coach_functions/Dockerfile: nothing is built on the cluster), plus `spec.image`, the run's token and the caller's
 environment. A function's identity travels as labels (coach.io/job, role, index and the PodGroup label); its
 name is derived from the identity for people and logs and never parsed back.
 """
@@ -25,7 +25,7 @@ from coach.domain.kube import POD_GROUP_LABEL, SCHEDULER_LABEL, SCHEDULER_NAME
 from coach.platforms.host import TOKEN_ENV
 
 #: Where the three functions' folders are: <repo>/functions/<role>/function.yaml.
-FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
+FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "coach_functions"
 
 #: Nuclio's label naming a function's project (pkg/common/consts.go); the dashboard filters by it.
 PROJECT_LABEL = "nuclio.io/project-name"
@@ -58,7 +58,7 @@ TRIGGER_KEYS = frozenset({
 })
 #: Retired keys Nuclio still reads but will drop, and what replaces them.
 RETIRED_KEYS: Mapping[str, str] = {"maxWorkers": "numWorkers"}  # Trigger.MaxWorkers: removed in Nuclio 1.15
-#: Sections Coach never sends: the image is prebuilt (functions/Dockerfile), so nothing is built on the cluster.
+#: Sections Coach never sends: the image is prebuilt (coach_functions/Dockerfile), so nothing is built on the cluster.
 NOT_SENT = ("build",)
 
 _INVALID = re.compile(r"[^a-z0-9-]+")

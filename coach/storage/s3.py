@@ -2,7 +2,7 @@
 
 Step `tag` of job `job` lives under the key prefix `<prefix>/<job>/<tag>`: objects `<tag>.params` and
 `<tag>.states`, then the completion marker `<tag>.complete`, which worker rank 0 uploads last
-(functions/checkpoints.py). A checkpoint without its marker is never complete, so it is never loaded, and a later
+(coach_functions/checkpoints.py). A checkpoint without its marker is never complete, so it is never loaded, and a later
 prune deletes it like any other old one.
 
 The endpoint and the credentials come from the environment only, as boto3 reads them (AWS_ACCESS_KEY_ID,
@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from coach.storage.checkpoints import SUFFIXES, _newest
 
-MARKER = ".complete"  # the completion marker's suffix; functions/checkpoints.py uploads it last
+MARKER = ".complete"  # the completion marker's suffix; coach_functions/checkpoints.py uploads it last
 CONNECT_TIMEOUT_S = 3.0  # a store that does not answer fails the call, never hangs it
 READ_TIMEOUT_S = 10.0
 MAX_ATTEMPTS = 3  # botocore's standard retry mode: the first try and two retries

@@ -1,9 +1,9 @@
 """Nuclio function: MXNet parameter-server scheduler: the rendezvous point of one epoch's servers and workers.
 
-One invocation = one epoch of this role, run in a child forked from the warm host (see functions/runtime.py).
+One invocation = one epoch of this role, run in a child forked from the warm host (see coach_functions/runtime.py).
 """
 
-from functions import auth, runtime
+from coach_functions import auth, runtime
 
 
 def init_context(context):

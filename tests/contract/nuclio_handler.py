@@ -1,6 +1,6 @@
 """The tiny Nuclio handler the Nuclio platform and fake-dashboard tests deploy (imports nothing heavy, so a pod
 starts in well under a second). Like Coach's functions it refuses a request without the run's token with 401
-(functions/auth.py); past that it echoes as tests/unit/fake_echo.py does, except for requests whose model path says
+(coach_functions/auth.py); past that it echoes as tests/unit/fake_echo.py does, except for requests whose model path says
 what to do: `sleep:S` sleeps S seconds before replying, `exit:` ends the worker process at once. The path `/init`
 answers which process this is and which ran its `init_context`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from functions import auth
+from coach_functions import auth
 from tests.unit import fake_echo
 
 

@@ -47,10 +47,10 @@ def bind(core: client.CoreV1Api, pod_name: str, node: str, namespace: str = "def
 
 def functions_copy(folder: Path, handler_for: Callable[[str], str] = lambda role: HANDLER,
                    edit: Callable[[str], str] = lambda text: text) -> Path:
-    """functions/<role>/function.yaml copied under `folder`, naming `handler_for(role)` as the handler."""
+    """coach_functions/<role>/function.yaml copied under `folder`, naming `handler_for(role)` as the handler."""
     for role in ROLES:
-        text = (REPO / "functions" / role.value / "function.yaml").read_text()
-        text = text.replace(f"functions.{role.value}.main:handler", handler_for(role.value))
+        text = (REPO / "coach_functions" / role.value / "function.yaml").read_text()
+        text = text.replace(f"coach_functions.{role.value}.main:handler", handler_for(role.value))
         (folder / role.value).mkdir(parents=True, exist_ok=True)
         (folder / role.value / "function.yaml").write_text(edit(text))
     return folder

@@ -3,7 +3,7 @@ against a real S3-protocol server on loopback (moto's server mode, tests.fakes.s
 
 A backend writes a checkpoint's parts as a worker would (`write(prefix, parts)`), so the suite can leave
 checkpoints half-written: for the file store one file without the other, for the s3 store objects without their
-completion marker or a marker without one of its objects. Then the writer side itself, functions/checkpoints.py,
+completion marker or a marker without one of its objects. Then the writer side itself, coach_functions/checkpoints.py,
 saves a real Gluon net and trainer through each store's prefixes and loads them back.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from coach.storage.checkpoints import FileCheckpointStore, MemoryCheckpointStore
 from coach.storage.s3 import MARKER, S3CheckpointStore, describe, parse_s3_url
-from functions import checkpoints as fn
+from coach_functions import checkpoints as fn
 
 PARAMS, STATES = ".params", ".states"
 
@@ -276,7 +276,7 @@ def test_the_two_sides_agree_on_the_names_of_a_checkpoint():
     assert (fn.MARKER, fn.SUFFIXES) == (MARKER, SUFFIXES)
 
 
-# --------------------------------------------------------------------------- the writer: functions/checkpoints.py
+# --------------------------------------------------------------------------- the writer: coach_functions/checkpoints.py
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +288,7 @@ def mx():
 
 @pytest.fixture
 def temp_folder(tmp_path, monkeypatch) -> Path:
-    """Where functions/checkpoints.py puts its temp files during the test (checked empty afterwards)."""
+    """Where coach_functions/checkpoints.py puts its temp files during the test (checked empty afterwards)."""
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))

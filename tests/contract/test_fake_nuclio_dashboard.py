@@ -162,7 +162,7 @@ def test_ready_once_bound_with_the_invocation_urls_of_its_host(dashboard, core):
     response = invoke(dashboard.url, "coach-mnist-worker-0", {"x": [1, 2]})
     assert response.status_code == 200
     assert response.json()["body"] == {"x": [1, 2]} and response.json()["path"] == "/"
-    for token in ("wrong", TOKEN.upper(), TOKEN[:-1], ""):  # the function's own check (functions/auth.py)
+    for token in ("wrong", TOKEN.upper(), TOKEN[:-1], ""):  # the function's own check (coach_functions/auth.py)
         refused = invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Coach-Token": token})
         assert (refused.status_code, refused.json()) == (401, {"error": "missing or wrong token"}), token
 

@@ -1,4 +1,4 @@
-"""Coach's real functions (functions/*/main.py, function.yaml as shipped) under the fake Nuclio dashboard, which runs
+"""Coach's real functions (coach_functions/*/main.py, function.yaml as shipped) under the fake Nuclio dashboard, which runs
 them as Nuclio does: one wrapper process per worker of the HTTP trigger (two), requests to a free one. Coach's Nuclio
 platform deploys them; the tests stand in for Coach's scheduler by binding the pods.
 
@@ -37,7 +37,7 @@ HYPER = Hyper(batch_size=64, optimizer="sgd", learning_rate=0.05, optimizer_para
 
 @pytest.fixture
 def platform(dashboard):
-    made = NuclioPlatform(dashboard.url, image="coach-functions:test", token=TOKEN, functions_dir=REPO / "functions",
+    made = NuclioPlatform(dashboard.url, image="coach-functions:test", token=TOKEN, functions_dir=REPO / "coach_functions",
                           ready_timeout_s=60.0, poll_s=0.05)
     yield made
     made.close()
@@ -75,7 +75,7 @@ def test_a_function_refuses_a_request_without_the_run_token_in_every_worker_proc
                                                                                     tmp_path):
     deployed(platform, core, WORKER)
     wrappers = dashboard.processes(function_name(WORKER))["wrappers"]
-    assert len(wrappers) == 2  # numWorkers in functions/worker/function.yaml
+    assert len(wrappers) == 2  # numWorkers in coach_functions/worker/function.yaml
     refused = [invoke(dashboard, WORKER, {"action": "cancel"}, headers)
                for headers in ({}, {TOKEN_HEADER: "wrong"}, {TOKEN_HEADER: TOKEN[:-1]}, {TOKEN_HEADER: TOKEN.upper()})]
     assert [(r.status_code, r.json()) for r in refused] == [(401, {"error": "missing or wrong token"})] * 4

@@ -87,7 +87,7 @@ def test_function_names_are_dns_labels_that_keep_identities_apart():
 
 
 def test_function_config_carries_identity_image_token_and_env():
-    base = load_function_yaml(REPO / "functions" / "worker" / "function.yaml")
+    base = load_function_yaml(REPO / "coach_functions" / "worker" / "function.yaml")
     body = function_config(WORKER, base, namespace="coach", project="coach", image=IMAGE, token=TOKEN,
                            env={"COACH_CHECKPOINTS": "s3://b/p", "OMP_NUM_THREADS": "2"}, instance="i1")
     meta, spec = body["metadata"], body["spec"]
@@ -95,7 +95,7 @@ def test_function_config_carries_identity_image_token_and_env():
     assert {**WORKER.labels, POD_GROUP_LABEL: "lenet", PROJECT_LABEL: "coach"}.items() <= meta["labels"].items()
     assert meta["annotations"]["coach.io/instance"] == "i1" and TOKEN not in str(meta)
     assert spec["image"] == IMAGE and "build" not in spec
-    assert spec["handler"] == "functions.worker.main:handler" and spec["runtime"] == "python:3.11"
+    assert spec["handler"] == "coach_functions.worker.main:handler" and spec["runtime"] == "python:3.11"
     env = {entry["name"]: entry["value"] for entry in spec["env"]}
     assert env == {"OMP_NUM_THREADS": "2", "DMLC_INTERFACE": "eth0", "COACH_EPOCHS_DIR": "coach-epochs",
                    "COACH_CHECKPOINTS": "s3://b/p", "COACH_FUNCTION_TOKEN": TOKEN}
@@ -103,13 +103,13 @@ def test_function_config_carries_identity_image_token_and_env():
 
 @pytest.mark.parametrize("role", [role.value for role in Role])
 def test_function_yaml_uses_only_nuclio_keys_and_one_replica(role):
-    config = load_function_yaml(REPO / "functions" / role / "function.yaml")
+    config = load_function_yaml(REPO / "coach_functions" / role / "function.yaml")
     spec = config["spec"]
     assert spec["minReplicas"] == spec["maxReplicas"] == 1
     assert spec["waitReadinessTimeoutBeforeFailure"] is True and spec["readinessTimeoutSeconds"] >= 600
     assert spec["triggers"]["http"]["numWorkers"] == 2 and "maxWorkers" not in spec["triggers"]["http"]
     assert "build" not in spec and "platform" not in spec  # prebuilt image; restartPolicy is Docker-only
-    assert spec["handler"] == f"functions.{role}.main:handler"
+    assert spec["handler"] == f"coach_functions.{role}.main:handler"
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -120,7 +120,7 @@ def test_function_yaml_uses_only_nuclio_keys_and_one_replica(role):
     (lambda c: c["spec"].pop("handler"), "spec.handler: missing"),
 ])
 def test_a_key_nuclio_would_drop_is_refused_in_one_line(tmp_path, edit, message):
-    config = yaml.safe_load((REPO / "functions" / "worker" / "function.yaml").read_text())
+    config = yaml.safe_load((REPO / "coach_functions" / "worker" / "function.yaml").read_text())
     edit(config)
     path = tmp_path / "function.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -376,9 +376,9 @@ def test_concurrent_deploys_of_a_job(platform, core):
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
-    """(instruction, arguments) of functions/Dockerfile, continuation lines joined, comments dropped."""
+    """(instruction, arguments) of coach_functions/Dockerfile, continuation lines joined, comments dropped."""
     lines, current = [], ""
-    for raw in (REPO / "functions" / "Dockerfile").read_text().splitlines():
+    for raw in (REPO / "coach_functions" / "Dockerfile").read_text().splitlines():
         if raw.strip().startswith("#") or not raw.strip():
             continue
         current += raw.rstrip("\\").strip() + " "
@@ -401,7 +401,7 @@ def test_dockerfile_pins_agree_with_pyproject():
                     requirement = Requirement(word)
                     installed[requirement.name.lower()] = requirement.specifier
     for name in ("mxnet", "numpy", "scipy", "nuclio-sdk", "boto3", "pyyaml", "mlxtend"):
-        assert name in installed, f"functions/Dockerfile does not install {name}"
+        assert name in installed, f"coach_functions/Dockerfile does not install {name}"
         assert installed[name] == pinned[name], f"{name}: Dockerfile {installed[name]} != pyproject {pinned[name]}"
     froms = [arguments for instruction, arguments in dockerfile_instructions() if instruction == "FROM"]
     assert froms[-1] == "python:3.11-slim"
@@ -413,13 +413,13 @@ def test_dockerfile_copies_only_paths_that_exist():
     assert local, "the Dockerfile copies nothing from the repository"
     for args in local:
         for source in args[:-1]:
-            assert (REPO / source).exists(), f"functions/Dockerfile: COPY {source}: no such path"
+            assert (REPO / source).exists(), f"coach_functions/Dockerfile: COPY {source}: no such path"
     copied = {args[0] for args in local}
-    assert {"functions", "coach/domain", "jobs/models"} <= copied
-    handlers = {load_function_yaml(REPO / "functions" / r.value / "function.yaml")["spec"]["handler"] for r in Role}
+    assert {"coach_functions", "coach/domain", "jobs/models"} <= copied
+    handlers = {load_function_yaml(REPO / "coach_functions" / r.value / "function.yaml")["spec"]["handler"] for r in Role}
     for handler in handlers:  # every handler module is in what the image copies
         module = handler.split(":")[0].replace(".", "/") + ".py"
-        assert (REPO / module).is_file() and module.startswith("functions/")
+        assert (REPO / module).is_file() and module.startswith("coach_functions/")
 
 
 def test_the_platform_is_thread_safe_under_concurrent_creates(platform, dashboard):

@@ -15,7 +15,7 @@ whose processor dies (a wrapper died) or that is deleted makes it `unhealthy` ("
 replacement pod, under a new name, waits for a scheduler, and `ready` again once it runs; a first pod still unbound
 after `spec.readinessTimeoutSeconds` (default 120) makes it `unhealthy`, and so does one a scheduler marked
 Unschedulable unless `spec.waitReadinessTimeoutBeforeFailure` is true. The dashboard checks no token: the functions
-do (functions/auth.py), as on Nuclio.
+do (coach_functions/auth.py), as on Nuclio.
 
 `DELETE /api/functions` (body `{"metadata": {"name", "namespace"}}`) forgets the function at once and deletes its
 Deployment and pods in the background, each pod stopped within its grace period; it answers 204, also for a

@@ -1,7 +1,7 @@
 """A deadline that comes before the end of an epoch gives a partial epoch, over real processes (issue 13, part 1).
 
 Two real LeNet workers and one server on loopback: the workers leave their training loop after the same step
-(their stop vote, functions/deadline.py), rank 0 validates and saves, the servers and the PS scheduler end, and
+(their stop vote, coach_functions/deadline.py), rank 0 validates and saves, the servers and the PS scheduler end, and
 every function answers 200 before the deadline; the next epoch trains on from that checkpoint. Then a whole
 `coach run` whose budget cuts its first epoch records the partial epoch and ends with `budget`.
 """

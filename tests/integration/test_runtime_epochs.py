@@ -207,7 +207,7 @@ def test_the_hosts_still_train_after_those_failures(epochs, tmp_path):
 
 # last in the module: an epoch more before the others would move their flagged sample within the shuffled order
 def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epochs, tmp_path):
-    """Each worker validates its own slice (functions/validation.py) with rank 0's parameters and running
+    """Each worker validates its own slice (coach_functions/validation.py) with rank 0's parameters and running
     statistics; rank 0 replies the whole set's loss and accuracy, the ones this process computes alone from the
     checkpoint rank 0 saved after validating."""
     import importlib.util
@@ -215,7 +215,7 @@ def test_the_workers_validate_slices_that_add_up_to_the_whole_sets_figures(epoch
     import mxnet as mx
     from mxnet import gluon
 
-    from functions.checkpoints import load_parameters
+    from coach_functions.checkpoints import load_parameters
 
     # 65 samples: slices of 32 and 33; a BatchNorm layer: running statistics differ between the workers, and the
     # figures must be those of rank 0's, which it saves
@@ -309,7 +309,7 @@ def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the
 def test_in_a_long_shard_one_workers_infinite_loss_still_stops_both_workers_at_the_same_step(epochs, tmp_path):
     """The probe is read after the first two steps and every PROBE_EVERY_STEPS-th, at the same steps on every
     worker: in a 25-step shard a flagged sample stops both together, at most that many steps after it."""
-    from functions.runtime import PROBE_EVERY_STEPS
+    from coach_functions.runtime import PROBE_EVERY_STEPS
 
     body = TINY.replace("rng.rand(256, 8)", "rng.rand(1856, 8)").replace(
         "return x[:192], y[:192], x[192:], y[192:]",
@@ -335,7 +335,7 @@ WARM_MARKED = marked("float(x.abs().sum().asscalar()) == 0",
 def test_a_warm_request_with_the_jobs_batch_warms_each_worker_host_once_per_shape_and_changes_no_number(epochs,
                                                                                                        tmp_path):
     """The job's warm request carries its per-worker batch: before it answers, each worker host runs every batch
-    shape the job's epochs use at 1-4 workers once on a throw-away model (functions/warmup.py). Epochs warm nothing
+    shape the job's epochs use at 1-4 workers once on a throw-away model (coach_functions/warmup.py). Epochs warm nothing
     (a warm-up beside one would slow it), and its children compute exactly what the children of hosts that never
     warmed up compute."""
     marks = tmp_path / "marks.txt"

@@ -10,7 +10,7 @@ import pytest
 from coach.estimates.batch_size import (MAX_GLOBAL_BATCH, SCALINGS, BatchInputs, NoiseStats, StepTime, WorkerNoise,
                                     adascale_gain, batch_bounds, choose_batch, choose_global_batch, combine,
                                     efficiency, fit_step_time, goodput, smooth)
-from functions.noise_scale import NoiseProbe, noise_estimates
+from coach_functions.noise_scale import NoiseProbe, noise_estimates
 
 STEP = StepTime(overhead_s=0.01, per_sample_s=0.0001)
 

@@ -1,4 +1,4 @@
-"""coach.domain.contracts and the function side that checks it (functions.runtime.handle_event).
+"""coach.domain.contracts and the function side that checks it (coach_functions.runtime.handle_event).
 
 Every contract type survives a trip through JSON unchanged; every malformed request is refused with one line
 that names the field; a function answers such a request 400 before forking anything, and keeps serving.
@@ -37,7 +37,7 @@ from coach.domain.contracts import (
     WorkerReply,
 )
 from coach.platforms.host import make_context
-from functions import runtime
+from coach_functions import runtime
 from tests.support import wait_for
 
 PS = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=2, num_workers=3, node_host="10.0.0.7")
@@ -813,8 +813,8 @@ def test_a_reply_with_nan_is_answered_500_not_sent_as_nan():
 
 @pytest.fixture(scope="module")
 def worker_host(tmp_path_factory):
-    """The real worker function (functions.worker.main, MXNet imported) in a function host process: its URL."""
-    with running_host("functions.worker.main:handler", "worker-0", tmp_path_factory.mktemp("worker-host")) as url:
+    """The real worker function (coach_functions.worker.main, MXNet imported) in a function host process: its URL."""
+    with running_host("coach_functions.worker.main:handler", "worker-0", tmp_path_factory.mktemp("worker-host")) as url:
         yield url
 
 

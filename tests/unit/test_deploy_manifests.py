@@ -34,10 +34,10 @@ PLATFORM_YAML = NUCLIO / "platform.yaml"
 SECRET_EXAMPLE = DEPLOY / "secret-example.yaml"
 PODGROUP_EXAMPLE = DEPLOY / "examples" / "podgroup.yaml"
 
-#: The oldest Kubernetes the README promises, the one the issue names, and the newest kubernetes-validate knows.
+#: The oldest Kubernetes docs/kubernetes.md promises, the one the issue names, and the newest kubernetes-validate knows.
 K8S_VERSIONS = ("1.25", "1.30", kubernetes_validate.utils.major_minor(kubernetes_validate.latest_version()))
 
-#: What kustomize v2.0.3 (kubectl 1.20, the oldest kubectl the README supports) understands of what we use.
+#: What kustomize v2.0.3 (kubectl 1.20, the oldest kubectl docs/kubernetes.md supports) understands of what we use.
 KUSTOMIZE_V2_FIELDS = {"resources", "images", "configMapGenerator", "generatorOptions"}
 
 FUNCTIONS_NS = "nuclio"  # where Nuclio creates Coach's functions: pods, PodGroups, the Lease, the S3 secret
@@ -586,7 +586,7 @@ def test_the_augmented_function_config_replaces_nothing_coach_sets(coach_augment
     # Nuclio decodes the augmented config over the function's own: a list there replaces the function's list.
     lists = {name for name, value in spec.items() if isinstance(value, list)}
     assert "env" not in lists
-    for path in sorted((ROOT / "functions").glob("*/function.yaml")):
+    for path in sorted((ROOT / "coach_functions").glob("*/function.yaml")):
         own = yaml.safe_load(path.read_text())["spec"]
         assert not lists & set(own), f"{path.relative_to(ROOT)} sets {sorted(lists & set(own))}: it would be lost"
 
@@ -616,10 +616,9 @@ def test_names_agree_with_coach_domain_kube(rendered, scheduler_augment):
 
 
 def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("\n## Running on Kubernetes\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    """The Kubernetes guide (docs/kubernetes.md, linked from the README), from its title on."""
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    return text[text.index("# Running on Kubernetes\n"):]
 
 
 def test_the_readme_names_the_labels_coach_uses():
@@ -631,7 +630,7 @@ def test_the_readme_names_the_labels_coach_uses():
 
 
 def readme_commands(program: str) -> list[list[str]]:
-    """The `program ...` lines of the README's Kubernetes section, continuation lines joined."""
+    """The `program ...` lines of the Kubernetes guide's sh blocks, continuation lines joined."""
     blocks = re.findall(r"```sh\n(.*?)```", readme_section(), flags=re.S)
     lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
     return [shlex.split(line, comments=True) for line in lines if line.startswith(program + " ")]

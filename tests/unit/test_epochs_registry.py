@@ -1,4 +1,4 @@
-"""functions/epochs.py: the folder where a function's epoch children are registered, so that a cancel received by
+"""coach_functions/epochs.py: the folder where a function's epoch children are registered, so that a cancel received by
 any of its worker processes stops them. Real processes, real /proc; entries of dead processes and of reused pids
 are dropped, never signalled.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from coach.domain.contracts import EpochRequest, Hyper, PsAddress
-from functions import epochs, runtime
+from coach_functions import epochs, runtime
 from tests.support import wait_for
 
 REQUEST = EpochRequest(job="j", epoch=1, step=1, attempt=1, role="scheduler",

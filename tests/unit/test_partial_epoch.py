@@ -1,6 +1,6 @@
 """An epoch whose deadline comes first is a partial epoch, not a lost one (issue 13, part 1).
 
-The workers' stop vote (functions/deadline.py) stops every worker after the same step whatever their clocks say;
+The workers' stop vote (coach_functions/deadline.py) stops every worker after the same step whatever their clocks say;
 the reply says how much it trained; the lifecycle records the partial epoch with its checkpoint and a speed
 observation scaled to a full epoch; the simulated platform cuts epochs where the runtime would.
 """
@@ -18,7 +18,7 @@ from coach.domain.deadlines import STOP_RESERVE_S, stop_reserve_s, training_stop
 from coach.domain.jobs import JobSpec
 from coach.platforms.simulated import SimModel
 from coach.policy.history import history_from_records
-from functions.deadline import StopVote
+from coach_functions.deadline import StopVote
 from tests.unit.test_budget_cap import MODEL
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from coach.domain.contracts import WarmRequest
 from coach.platforms.host import make_context
-from functions import runtime
-from functions.runtime import EpochError, check_labels, load_model, normalise_data
+from coach_functions import runtime
+from coach_functions.runtime import EpochError, check_labels, load_model, normalise_data
 
 X = np.arange(12, dtype="float32").reshape(4, 3)
 Y = np.array([0, 1, 2, 1], dtype="int64")

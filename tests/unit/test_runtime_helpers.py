@@ -1,4 +1,4 @@
-"""functions.runtime helpers that need no MXNet: data sharding, load_data() normalising, the DMLC environment."""
+"""coach_functions.runtime helpers that need no MXNet: data sharding, load_data() normalising, the DMLC environment."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from coach.domain.contracts import ContractError, EpochRequest, Hyper, PsAddress
-from functions.runtime import EpochError, _shard, _shard_size, _warmup_s, normalise_data, ps_environment
+from coach_functions.runtime import EpochError, _shard, _shard_size, _warmup_s, normalise_data, ps_environment
 
-FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
+FUNCTIONS = Path(__file__).resolve().parents[2] / "coach_functions"
 
 
 def epoch_request(role: str = "worker", num_workers: int = 1, fraction: float = 1.0, seed: int = 0,

@@ -1,11 +1,11 @@
-"""The workers' validation slices (functions/validation.py): every sample in exactly one, sizes within one."""
+"""The workers' validation slices (coach_functions/validation.py): every sample in exactly one, sizes within one."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions.validation import slice_bounds
+from coach_functions.validation import slice_bounds
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))

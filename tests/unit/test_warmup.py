@@ -1,4 +1,4 @@
-"""functions/warmup.py: which batch shapes a job's epochs run and in what order they are warmed, what a host has
+"""coach_functions/warmup.py: which batch shapes a job's epochs run and in what order they are warmed, what a host has
 warmed, the time limit, and that a warm-up leaves nothing an epoch reads (parameter names, the numbers it computes)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from functions.warmup import MAX_SHAPES, TRAINING, VALIDATION, Warmth, batch_rows, job_shapes, warm_up
+from coach_functions.warmup import MAX_SHAPES, TRAINING, VALIDATION, Warmth, batch_rows, job_shapes, warm_up
 
 
 def test_a_pass_sees_a_full_batch_and_a_shorter_last_one():
