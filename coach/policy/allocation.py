@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 from coach.domain.identity import slots_for
 from coach.estimates.cost import cost_from_speed
@@ -207,6 +207,16 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
     `free_slots` is what the jobs may share now; `min_gain` is the smallest relative speed gain a step must
     bring. Raises ValueError for a negative `free_slots` or `min_gain` and for duplicate job names.
     """
+    _check_arguments(demands, free_slots, min_gain)
+    allocator = _Allocator(demands, free_slots, min_gain)
+    allocator.start()
+    allocator.grow()
+    allocator.settle()
+    return allocator.allocations()
+
+
+def _check_arguments(demands: Sequence[JobDemand], free_slots: int, min_gain: float) -> None:
+    """allocate()'s own argument errors; each JobDemand has checked its fields already."""
     if free_slots < 0:
         raise ValueError(f"free_slots must be >= 0, got {free_slots}")
     if not min_gain >= 0:
@@ -216,180 +226,313 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
     if duplicates:
         raise ValueError(f"duplicate job names: {', '.join(duplicates)}")
 
-    # Each surface is asked once per point, so a model that is not quite pure cannot make the result wobble.
-    cache: dict[tuple[int, int, int], float] = {}
 
-    def f(index: int, workers: int, servers: int) -> float:
+class _Allocator:
+    """The working state of one allocate() call, which runs its rules in turn: start, grow, settle, then tell.
+
+    Pure like allocate(): it lives for one call and only reads the demands. Each surface is asked once per point,
+    so a model that is not quite pure cannot make the result wobble.
+    """
+
+    def __init__(self, demands: Sequence[JobDemand], free_slots: int, min_gain: float) -> None:
+        self.demands = demands
+        self.min_gain = min_gain  # the smallest relative speed gain a step must bring
+        self.free = free_slots  # slots no job holds yet
+        self.counts: list[tuple[int, int]] = []  # (workers, servers) per job; (0, 0) when not started
+        self.fixed: dict[int, tuple[str, str]] = {}  # jobs that never grow: index -> (stopped_by, reason)
+        self.growth: dict[int, list[str]] = {index: [] for index in range(len(demands))}  # steps taken, told
+        self.choices: dict[int, str] = {}  # what settling did and why, per job (rule 4)
+        self.chosen_by_rule: set[int] = set()  # jobs whose counts settling chose, not growth
+        self._speeds: dict[tuple[int, int, int], float] = {}  # (index, workers, servers) -> epochs per second
+
+    # The surfaces, asked once per point.
+
+    def f(self, index: int, workers: int, servers: int) -> float:
+        """Predicted full epochs per second of job `index` at (workers, servers)."""
         key = (index, workers, servers)
-        if key not in cache:
-            cache[key] = float(demands[index].speed.epochs_per_s(workers, servers))
-        return cache[key]
+        if key not in self._speeds:
+            self._speeds[key] = float(self.demands[index].speed.epochs_per_s(workers, servers))
+        return self._speeds[key]
 
-    def cost(index: int, workers: int, servers: int) -> float:
-        return _cost(f(index, workers, servers), workers, servers, demands[index].price_per_slot_s)
+    def cost(self, index: int, workers: int, servers: int) -> float:
+        """Predicted money of one epoch of job `index` at (workers, servers)."""
+        return _cost(self.f(index, workers, servers), workers, servers, self.demands[index].price_per_slot_s)
 
-    def steps(index: int, workers: int, servers: int, free: int) -> tuple[_Step, _Step]:
-        demand, now = demands[index], f(index, workers, servers)
-        out = []
-        for kind, w, s, limit in ((WORKER, workers + 1, servers, demand.max_workers),
-                                  (SERVER, workers, servers + 1, demand.max_servers)):
-            after = f(index, w, s)
-            utility = (after if _usable(after) else 0.0) - now
-            step_cost = cost(index, w, s)
-            if limit is not None and (w if kind == WORKER else s) > limit:
-                excluded_by = LIMIT
-            elif step_cost > demand.per_epoch_budget:
-                excluded_by = BUDGET
-            elif free < 1:
-                excluded_by = CAPACITY
-            else:
-                excluded_by = None
-            ratio = money_ratio(now, after, slots_for(workers, servers), slots_for(w, s))
-            out.append(_Step(kind, utility, utility / now, step_cost, excluded_by, ratio))
-        return out[0], out[1]
+    def steps(self, index: int) -> tuple[_Step, _Step]:
+        """The job's two steps from its counts now: +1 worker, then +1 server."""
+        workers, servers = self.counts[index]
+        demand, now = self.demands[index], self.f(index, workers, servers)
+        return (self._step(index, WORKER, (workers + 1, servers), demand.max_workers, now),
+                self._step(index, SERVER, (workers, servers + 1), demand.max_servers, now))
 
-    def more_useful(candidates: Sequence[_Step]) -> _Step | None:
-        best = None
-        for step in candidates:  # worker first, so a tie keeps the worker
-            if best is None or step.utility > best.utility:
-                best = step
-        return best
+    def _step(self, index: int, kind: str, after_counts: tuple[int, int], limit: int | None, now: float) -> _Step:
+        """One step to `after_counts`, with what it brings, what it costs and the first constraint it breaks."""
+        demand = self.demands[index]
+        after = self.f(index, *after_counts)
+        utility = (after if _usable(after) else 0.0) - now
+        step_cost = self.cost(index, *after_counts)
+        raised = after_counts[0] if kind == WORKER else after_counts[1]
+        excluded_by = _first_broken(over_limit=limit is not None and raised > limit,
+                                    over_budget=step_cost > demand.per_epoch_budget, no_slot=self.free < 1)
+        ratio = money_ratio(now, after, slots_for(*self.counts[index]), slots_for(*after_counts))
+        return _Step(kind, utility, utility / now, step_cost, excluded_by, ratio)
 
-    def worth(step: _Step) -> bool:
-        return step.utility > 0 and step.gain >= min_gain
+    # Rule 1: starts, in the order given.
 
-    # 1. starts, in the order given
-    free = free_slots
-    counts: list[tuple[int, int]] = []  # (workers, servers) per job; (0, 0) when not started
-    fixed: dict[int, tuple[str, str]] = {}  # jobs that never grow: index -> (stopped_by, reason)
-    for index, demand in enumerate(demands):
-        if free < START_SLOTS:
-            counts.append((0, 0))
-            fixed[index] = (CAPACITY, f"(1,1) needs {START_SLOTS} slots but only {free} are free")
-            continue
-        counts.append((START_WORKERS, START_SERVERS))
-        free -= START_SLOTS
-        start_speed = f(index, START_WORKERS, START_SERVERS)
-        start_cost = cost(index, START_WORKERS, START_SERVERS)
-        if not _usable(start_speed):
-            fixed[index] = (BUDGET, f"the surface predicts {start_speed:.4g} epochs/s at (1,1), "
-                                    "so no epoch cost is bounded")
-        elif start_cost > demand.per_epoch_budget:
-            fixed[index] = (BUDGET, f"(1,1) predicted epoch cost {_money(start_cost)} > "
-                                    f"per-epoch budget {_money(demand.per_epoch_budget)}")
-
-    # 2.-3. growth, the largest gain per slot across all jobs first (ties: the smaller money ratio, then the
-    # earlier job). A job's steps change only when it grows (free slots matter only once none is left, which ends
-    # the growth), so each job's best step is kept until then.
-    def candidate(index: int) -> _Step | None:
-        best = more_useful([step for step in steps(index, *counts[index], free) if step.excluded_by is None])
-        return best if best is not None and worth(best) else None
-
-    def ahead(step: _Step, other: _Step) -> bool:
-        """Gains equal to 9 decimals tie (whatever the float noise); a tie goes to the smaller money ratio."""
-        return ((round(step.gain_per_slot, 9), -step.money_ratio) >
-                (round(other.gain_per_slot, 9), -other.money_ratio))
-
-    best_of = {index: candidate(index) for index in range(len(demands)) if index not in fixed}
-    growth: dict[int, list[str]] = {index: [] for index in range(len(demands))}
-    while free >= 1:
-        chosen: tuple[int, _Step] | None = None
-        for index, best in best_of.items():  # in job order: a tie keeps the earlier job
-            if best is not None and (chosen is None or ahead(best, chosen[1])):
-                chosen = (index, best)
-        if chosen is None:
-            break
-        index, step = chosen
-        workers, servers = counts[index]
-        counts[index] = (workers + 1, servers) if step.kind == WORKER else (workers, servers + 1)
-        free -= SLOTS_PER_STEP
-        growth[index].append(f"{_counts(workers, servers)} +1 {step.kind} -> {_counts(*counts[index])}: "
-                             f"{_step_text(step)} ({_source(demands[index], *counts[index])})")
-        best_of[index] = candidate(index)
-
-    # 4. settling: a job that has measured its current counts stays there unless growth found clearly better;
-    # where it stays, it probes one unmeasured neighbour the fit does not rule out
-    choices: dict[int, str] = {}
-    chosen_by_rule: set[int] = set()  # jobs whose counts settling chose, not growth
-    for index, demand in enumerate(demands):
-        if index in fixed or demand.current is None:
-            continue
-        grown, last = counts[index], tuple(demand.current)
-        current = _anchor(index, demand, last, grown, free, f, cost, min_gain)
-        epochs_here = demand.current_epochs if current == last else 2  # the anchor's epochs are not known: >= 1
-        here = f"{_counts(*current)} {_seconds(f(index, *current))} s per epoch ({_source(demand, *current)})"
-        if current != last:
-            here += f", its fastest measured, not the last {_counts(*last)} {_seconds(f(index, *last))} s"
-        if grown == current:
-            choice = (f"stays at {_counts(*current)}: {here}, growth found nothing better" if current == last
-                      else f"goes back to {_counts(*current)}: {here}")
-        else:
-            r = _ratio(f(index, *current), f(index, *grown))
-            extra = slots_for(*current) - slots_for(*grown)
-            keep = (r > 1 / (1 + min_gain) if extra <= 0
-                    else r >= 1 - min_gain / 2 if epochs_here == 1 else r >= 1 + min_gain / 2)
-            fits = (_within_limits(demand, *current) and cost(index, *current) <= demand.per_epoch_budget
-                    and extra <= free)
-            compared = (f"{here} against {_counts(*grown)} {_seconds(f(index, *grown))} s "
-                        f"({_source(demand, *grown)})")
-            if keep and fits:
-                counts[index] = current
-                free -= extra
-                chosen_by_rule.add(index)
-                bar = (f"{_counts(*grown)} is not {_percent(min_gain)} faster" if extra <= 0
-                       else f"one epoch there within {_percent(min_gain / 2)} of {_counts(*grown)}: it gets a second"
-                       if epochs_here == 1
-                       else f"faster by {_percent(r - 1)} >= {_percent(min_gain / 2)} for {extra} more slot(s)")
-                choice = f"{_stays(current, last)} {_counts(*current)}: {compared}; {bar}"
-            else:
-                if keep:
-                    why = f"{_counts(*current)} no longer fits the job's limits, budget or the free slots"
-                elif r < 1:
-                    why = f"{_counts(*grown)} is faster by {_percent(1 / r - 1)}"
-                else:  # the current counts are a little faster, but not by enough for their extra slots
-                    why = f"{_counts(*grown)} is within {_percent(min_gain / 2)} of it with {extra} fewer slot(s)"
-                verb = "explores" if _source(demand, *grown) == PREDICTED else "moves to"
-                choices[index] = f"{verb} {_counts(*grown)} from {_counts(*last)}: {compared}; {why}"
+    def start(self) -> None:
+        """Every job at (1,1) while its 3 slots are free, (0,0) once they are not; which started jobs never grow."""
+        for index in range(len(self.demands)):
+            if self.free < START_SLOTS:
+                self.counts.append((0, 0))
+                self.fixed[index] = (CAPACITY, f"(1,1) needs {START_SLOTS} slots but only {self.free} are free")
                 continue
+            self.counts.append((START_WORKERS, START_SERVERS))
+            self.free -= START_SLOTS
+            held = self._held_at_start(index)
+            if held is not None:
+                self.fixed[index] = held
+
+    def _held_at_start(self, index: int) -> tuple[str, str] | None:
+        """(BUDGET, reason) when no epoch cost at (1,1) is bounded or the epoch is over the per-epoch budget."""
+        demand = self.demands[index]
+        start_speed = self.f(index, START_WORKERS, START_SERVERS)
+        start_cost = self.cost(index, START_WORKERS, START_SERVERS)
+        if not _usable(start_speed):
+            return BUDGET, f"the surface predicts {start_speed:.4g} epochs/s at (1,1), so no epoch cost is bounded"
+        if start_cost > demand.per_epoch_budget:
+            return BUDGET, (f"(1,1) predicted epoch cost {_money(start_cost)} > "
+                            f"per-epoch budget {_money(demand.per_epoch_budget)}")
+        return None
+
+    # Rules 2-3: growth.
+
+    def grow(self) -> None:
+        """Take the largest gain per slot across all jobs, one step at a time, until no step is worth a slot.
+
+        A job's steps change only when it grows (free slots matter only once none is left, which ends the
+        growth), so each job's best step is kept until then.
+        """
+        best_of = {index: self._candidate(index) for index in range(len(self.demands)) if index not in self.fixed}
+        while self.free >= 1:
+            chosen = _most_gain_per_slot(best_of)
+            if chosen is None:
+                break
+            index, step = chosen
+            self._take(index, step)
+            best_of[index] = self._candidate(index)
+
+    def _candidate(self, index: int) -> _Step | None:
+        """The job's more useful allowed step when it is worth taking, else None."""
+        best = _more_useful([step for step in self.steps(index) if step.excluded_by is None])
+        return best if best is not None and _worth(best, self.min_gain) else None
+
+    def _take(self, index: int, step: _Step) -> None:
+        workers, servers = self.counts[index]
+        self.counts[index] = (workers + 1, servers) if step.kind == WORKER else (workers, servers + 1)
+        self.free -= SLOTS_PER_STEP
+        self.growth[index].append(f"{_counts(workers, servers)} +1 {step.kind} -> {_counts(*self.counts[index])}: "
+                                  f"{_step_text(step)} ({_source(self.demands[index], *self.counts[index])})")
+
+    # Rule 4: settling.
+
+    def settle(self) -> None:
+        """A job that has measured its current counts stays there unless growth found clearly better; where it
+        stays, it probes one unmeasured neighbour the fit does not rule out. Jobs in the order given."""
+        for index, demand in enumerate(self.demands):
+            if index not in self.fixed and demand.current is not None:
+                self._settle(index, demand.current)
+
+    def _settle(self, index: int, current: tuple[int, int]) -> None:
+        grown, last = self.counts[index], tuple(current)
+        anchor = self._anchor(index, last, grown)
+        here = self._here(index, anchor, last)
+        if grown == anchor:
+            choice = (f"stays at {_counts(*anchor)}: {here}, growth found nothing better" if anchor == last
+                      else f"goes back to {_counts(*anchor)}: {here}")
+        else:
+            kept, choice = self._keep_or_move(index, anchor, last, grown, here)
+            if not kept:
+                self.choices[index] = choice
+                return
+        self.choices[index] = self._probe(index, anchor, here) or choice
+
+    def _anchor(self, index: int, last: tuple[int, int], grown: tuple[int, int]) -> tuple[int, int]:
+        """Where the job compares growth from: its last counts, or its fastest measured counts that still fit when
+        they beat the last ones by min_gain/2 (a probe that came out slower must not strand the job)."""
+        best = last
+        for point in sorted(self.demands[index].measured):
+            if (self._fits(index, point, slots_for(*point) - slots_for(*grown))
+                    and self.f(index, *point) > self.f(index, *best)):
+                best = point
+        return best if _ratio(self.f(index, *best), self.f(index, *last)) >= 1 + self.min_gain / 2 else last
+
+    def _fits(self, index: int, point: tuple[int, int], added_slots: int) -> bool:
+        """Within the job's limits and per-epoch budget, and no more slots added than are free."""
+        demand = self.demands[index]
+        return (_within_limits(demand, *point) and self.cost(index, *point) <= demand.per_epoch_budget
+                and added_slots <= self.free)
+
+    def _here(self, index: int, anchor: tuple[int, int], last: tuple[int, int]) -> str:
+        """The anchor's epoch time and where it comes from, for `choice` (and the last counts' when not the same)."""
+        demand = self.demands[index]
+        here = f"{_counts(*anchor)} {_seconds(self.f(index, *anchor))} s per epoch ({_source(demand, *anchor)})"
+        if anchor != last:
+            here += f", its fastest measured, not the last {_counts(*last)} {_seconds(self.f(index, *last))} s"
+        return here
+
+    def _keep_or_move(self, index: int, anchor: tuple[int, int], last: tuple[int, int], grown: tuple[int, int],
+                      here: str) -> tuple[bool, str]:
+        """Whether the job keeps its anchor rather than the counts growth took it to, and `choice` saying why."""
+        demand = self.demands[index]
+        comparison = _Comparison(anchor=anchor, grown=grown,
+                                 ratio=_ratio(self.f(index, *anchor), self.f(index, *grown)),
+                                 extra_slots=slots_for(*anchor) - slots_for(*grown),
+                                 epochs_here=demand.current_epochs if anchor == last else 2)
+        keep = comparison.keeps(self.min_gain)
+        fits = self._fits(index, anchor, comparison.extra_slots)
+        compared = (f"{here} against {_counts(*grown)} {_seconds(self.f(index, *grown))} s "
+                    f"({_source(demand, *grown)})")
+        if keep and fits:
+            self.counts[index] = anchor
+            self.free -= comparison.extra_slots
+            self.chosen_by_rule.add(index)
+            return True, (f"{_stays(anchor, last)} {_counts(*anchor)}: {compared}; "
+                          f"{comparison.why_keep(self.min_gain)}")
+        verb = "explores" if _source(demand, *grown) == PREDICTED else "moves to"
+        return False, (f"{verb} {_counts(*grown)} from {_counts(*last)}: {compared}; "
+                       f"{comparison.why_move(keep, self.min_gain)}")
+
+    def _probe(self, index: int, anchor: tuple[int, int], here: str) -> str | None:
+        """Moves a job that stays to the neighbour it probes for one epoch, if any; `choice` saying so, else None."""
+        probe = self._probe_target(index, anchor)
+        if probe is None:
+            return None
+        change, w, s = probe
+        self.counts[index] = (w, s)
+        self.free -= slots_for(w, s) - slots_for(*anchor)
+        self.chosen_by_rule.add(index)
+        return (f"probes {_counts(w, s)} ({change}) from {_counts(*anchor)} for one epoch: never run at "
+                f"full epochs, predicted {_seconds(self.f(index, w, s))} s per epoch against {here}, within "
+                f"the probe margin {_percent(self.demands[index].probe_margin)}")
+
+    def _probe_target(self, index: int, anchor: tuple[int, int]) -> tuple[str, int, int] | None:
+        """The fastest predicted neighbour that may be probed, as (change, workers, servers); None if none may."""
         probe = None
-        w0, s0 = current
+        w0, s0 = anchor
         for change, w, s in (("+1 worker", w0 + 1, s0), ("+1 server", w0, s0 + 1), ("-1 worker", w0 - 1, s0),
                              ("-1 server", w0, s0 - 1)):
-            added = slots_for(w, s) - slots_for(*current)
-            if (min(w, s) < 1 or (w, s) in demand.measured or not _within_limits(demand, w, s) or added > free
-                    or cost(index, w, s) > demand.per_epoch_budget
-                    or not f(index, w, s) >= f(index, *current) * (1 - demand.probe_margin)):
+            if not self._probeable(index, anchor, w, s):
                 continue
-            if probe is None or f(index, w, s) > f(index, *probe[1:]):  # a tie keeps the earlier in that order
+            if probe is None or self.f(index, w, s) > self.f(index, *probe[1:]):  # a tie keeps the earlier one
                 probe = (change, w, s)
-        if probe is not None:
-            change, w, s = probe
-            counts[index] = (w, s)
-            free -= slots_for(w, s) - slots_for(*current)
-            chosen_by_rule.add(index)
-            choice = (f"probes {_counts(w, s)} ({change}) from {_counts(*current)} for one epoch: never run at "
-                      f"full epochs, predicted {_seconds(f(index, w, s))} s per epoch against {here}, within "
-                      f"the probe margin {_percent(demand.probe_margin)}")
-        choices[index] = choice
+        return probe
 
-    # 5. why each job stopped, told by its more useful step
-    result: dict[str, Allocation] = {}
-    for index, demand in enumerate(demands):
-        workers, servers = counts[index]
-        if index in fixed:
-            stopped_by, reason = fixed[index]
-        else:
-            top = more_useful(steps(index, workers, servers, free))
-            assert top is not None
-            if index in chosen_by_rule and top.excluded_by is None and worth(top):
-                stopped_by, reason = GAIN, (f"+1 {top.kind} would gain {_percent(top.gain)} but settling chose "
-                                            f"{_counts(workers, servers)}")
-            else:
-                stopped_by, reason = _why(top, demand, min_gain)
-        allocation = _allocation(demand, workers, servers, f(index, workers, servers) if workers else None,
-                                 stopped_by, reason)
-        result[demand.job] = replace(allocation, growth=tuple(growth[index]), choice=choices.get(index, ""))
-    return result
+    def _probeable(self, index: int, anchor: tuple[int, int], w: int, s: int) -> bool:
+        """Never run at full epochs, within limits, free slots and budget, and predicted within the probe margin."""
+        demand = self.demands[index]
+        added = slots_for(w, s) - slots_for(*anchor)
+        return not (min(w, s) < 1 or (w, s) in demand.measured or not _within_limits(demand, w, s)
+                    or added > self.free or self.cost(index, w, s) > demand.per_epoch_budget
+                    or not self.f(index, w, s) >= self.f(index, *anchor) * (1 - demand.probe_margin))
+
+    # Rule 5: why each job stopped, told by its more useful step.
+
+    def allocations(self) -> dict[str, Allocation]:
+        """Every job's counts with its predictions, why its growth stopped, the steps it took and its choice."""
+        result: dict[str, Allocation] = {}
+        for index, demand in enumerate(self.demands):
+            workers, servers = self.counts[index]
+            stopped_by, reason = self._stopped(index)
+            allocation = _allocation(demand, workers, servers, self.f(index, workers, servers) if workers else None,
+                                     stopped_by, reason)
+            result[demand.job] = replace(allocation, growth=tuple(self.growth[index]),
+                                         choice=self.choices.get(index, ""))
+        return result
+
+    def _stopped(self, index: int) -> tuple[str, str]:
+        """stopped_by and reason: the start's verdict, settling's choice to stay, or the more useful step's."""
+        if index in self.fixed:
+            return self.fixed[index]
+        top = _more_useful(self.steps(index))
+        assert top is not None
+        if index in self.chosen_by_rule and top.excluded_by is None and _worth(top, self.min_gain):
+            return GAIN, (f"+1 {top.kind} would gain {_percent(top.gain)} but settling chose "
+                          f"{_counts(*self.counts[index])}")
+        return _why(top, self.demands[index], self.min_gain)
+
+
+def _first_broken(over_limit: bool, over_budget: bool, no_slot: bool) -> str | None:
+    """The constraint that excludes a step, named in rule 2's order (limit, budget, capacity); None if none."""
+    for name, broken in ((LIMIT, over_limit), (BUDGET, over_budget), (CAPACITY, no_slot)):
+        if broken:
+            return name
+    return None
+
+
+def _more_useful(candidates: Sequence[_Step]) -> _Step | None:
+    """The step with the larger marginal utility; candidates come worker first, so a tie keeps the worker."""
+    best = None
+    for step in candidates:
+        if best is None or step.utility > best.utility:
+            best = step
+    return best
+
+
+def _worth(step: _Step, min_gain: float) -> bool:
+    """A step worth taking: it speeds the job up, by at least min_gain."""
+    return step.utility > 0 and step.gain >= min_gain
+
+
+def _ahead(step: _Step, other: _Step) -> bool:
+    """Gains equal to 9 decimals tie (whatever the float noise); a tie goes to the smaller money ratio."""
+    return ((round(step.gain_per_slot, 9), -step.money_ratio) >
+            (round(other.gain_per_slot, 9), -other.money_ratio))
+
+
+def _most_gain_per_slot(best_of: dict[int, _Step | None]) -> tuple[int, _Step] | None:
+    """The job whose best step is ahead of every other job's (rule 3), with that step; None when no job has one."""
+    chosen: tuple[int, _Step] | None = None
+    for index, best in best_of.items():  # in job order: a tie keeps the earlier job
+        if best is not None and (chosen is None or _ahead(best, chosen[1])):
+            chosen = (index, best)
+    return chosen
+
+
+@dataclass(frozen=True)
+class _Comparison:
+    """Rule 4's comparison of a job's anchor with the counts growth took it to."""
+
+    anchor: tuple[int, int]  # the job's last counts or its fastest measured ones
+    grown: tuple[int, int]  # where growth took the job
+    ratio: float  # f(anchor) / f(grown)
+    extra_slots: int  # slots the anchor takes beyond the grown counts (<= 0: no more)
+    epochs_here: int  # full epochs measured at the anchor (2 when not known: at least one)
+
+    def keeps(self, min_gain: float) -> bool:
+        """Clearly faster for more slots (after a single epoch there: not clearly slower), or the grown counts
+        are not clearly faster for no fewer slots."""
+        if self.extra_slots <= 0:
+            return self.ratio > 1 / (1 + min_gain)
+        if self.epochs_here == 1:
+            return self.ratio >= 1 - min_gain / 2
+        return self.ratio >= 1 + min_gain / 2
+
+    def why_keep(self, min_gain: float) -> str:
+        if self.extra_slots <= 0:
+            return f"{_counts(*self.grown)} is not {_percent(min_gain)} faster"
+        if self.epochs_here == 1:
+            return f"one epoch there within {_percent(min_gain / 2)} of {_counts(*self.grown)}: it gets a second"
+        return (f"faster by {_percent(self.ratio - 1)} >= {_percent(min_gain / 2)} for {self.extra_slots} more "
+                f"slot(s)")
+
+    def why_move(self, keep: bool, min_gain: float) -> str:
+        if keep:
+            return f"{_counts(*self.anchor)} no longer fits the job's limits, budget or the free slots"
+        if self.ratio < 1:
+            return f"{_counts(*self.grown)} is faster by {_percent(1 / self.ratio - 1)}"
+        # the anchor is a little faster, but not by enough for its extra slots
+        return (f"{_counts(*self.grown)} is within {_percent(min_gain / 2)} of it with {self.extra_slots} fewer "
+                f"slot(s)")
 
 
 MEASURED, PREDICTED = "measured", "predicted"
@@ -402,19 +545,6 @@ def _source(demand: JobDemand, workers: int, servers: int) -> str:
 
 def _stays(anchor: tuple[int, int], last: tuple[int, int]) -> str:
     return "stays at" if anchor == last else "goes back to"
-
-
-def _anchor(index: int, demand: JobDemand, last: tuple[int, int], grown: tuple[int, int], free: int,
-            f: Callable[[int, int, int], float], cost: Callable[[int, int, int], float],
-            min_gain: float) -> tuple[int, int]:
-    """Where the job compares growth from: its last counts, or its fastest measured counts that still fit when
-    they beat the last ones by min_gain/2 (a probe that came out slower must not strand the job)."""
-    best = last
-    for point in sorted(demand.measured):
-        if (_within_limits(demand, *point) and cost(index, *point) <= demand.per_epoch_budget
-                and slots_for(*point) - slots_for(*grown) <= free and f(index, *point) > f(index, *best)):
-            best = point
-    return best if _ratio(f(index, *best), f(index, *last)) >= 1 + min_gain / 2 else last
 
 
 def _within_limits(demand: JobDemand, workers: int, servers: int) -> bool:
