@@ -48,7 +48,7 @@ from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
 from coach.estimates.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoise, choose_batch, combine, smooth
 from coach.estimates.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
-from coach.estimates.epochs import BadReplies, aggregate
+from coach.estimates.epochs import BadReplies, EpochMetrics, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
 from coach.policy.planning import calibration_fraction, calibration_within
 from coach.policy.run_policy import Counts, Wait
@@ -110,6 +110,40 @@ def _data_size(replies, data_fraction: float) -> int | None:
 
 def _finite(value: float | None) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class _Diverged:
+    """A step whose training blew up: a non-finite loss, which a retry from the same checkpoint would repeat."""
+
+    detail: str  # what was not finite, for the closing line's error
+
+
+def _judge_replies(job: str, replies: list, workers: int, event: ev.EpochDone) -> EpochMetrics | Failure | _Diverged:
+    """A finished step's metrics when its replies hold together; else why not, as data: diverged, or a failed
+    attempt (a deadline before the first training step, replies that disagree, a non-finite number, no checkpoint).
+    """
+    # a worker that saw a non-finite loss says so (`diverged`, with no checkpoint and maybe no loss_sum)
+    diverged = sorted(r.rank for r in replies if r.diverged or not _finite(r.loss_sum))
+    if diverged:
+        return _Diverged(f"worker rank {', '.join(map(str, diverged))} reported a non-finite loss")
+    stopped = any(r.stopped_early for r in replies)  # the deadline came first
+    if stopped and not any(r.samples for r in replies):  # before the first step: as if it had timed out
+        return Failure(f"{job}-worker", TIMEOUT, "the deadline of this attempt came before its first training step",
+                       event.wall_s)
+    try:
+        metrics = aggregate(replies, workers)
+    except BadReplies as error:
+        return Failure(job, "error", str(error), event.wall_s)
+    if not (_finite(metrics.loss) and (metrics.val_loss is None or _finite(metrics.val_loss))):
+        return _Diverged(f"loss {metrics.loss!r}, validation loss {metrics.val_loss!r}")
+    odd = [name for name, value in (("accuracy", metrics.accuracy), ("compute_s", metrics.compute_s))
+           if value is not None and not _finite(value)]
+    if odd:
+        return Failure(job, "error", f"reply: {', '.join(odd)} not finite", event.wall_s)
+    if not event.checkpoint:
+        return Failure(f"{job}-worker", "error", "rank 0 did not save the checkpoint", event.wall_s)
+    return metrics
 
 
 def retry_backoff_s(attempt: int) -> float:
@@ -490,81 +524,81 @@ class JobLifecycle:
         if self.awaiting != Awaiting.EPOCH:
             return []
         used = self._epoch_functions()
-        counts = role_counts(used)
-        workers, servers = counts[Role.WORKER], counts[Role.SERVER]
         cost, slot_s = self._cost(event.durations_s), sum(event.durations_s.values())
         replies = list(event.replies.values())
-        # a worker that saw a non-finite loss says so (`diverged`, with no checkpoint and maybe no loss_sum)
-        diverged = sorted(r.rank for r in replies if r.diverged or not _finite(r.loss_sum))
-        if diverged:
-            return self._diverged(event.now_s, cost, slot_s, f"worker rank {', '.join(map(str, diverged))} "
-                                                              f"reported a non-finite loss")
+        judged = _judge_replies(self.spec.name, replies, role_counts(used)[Role.WORKER], event)
+        if isinstance(judged, _Diverged):
+            return self._diverged(event.now_s, cost, slot_s, judged.detail)
+        if isinstance(judged, Failure):
+            return self._failed(event.now_s, judged, cost, slot_s)
+        return self._step_done(event, used, replies, judged, cost)
+
+    def _step_done(self, event: ev.EpochDone, used: tuple[FunctionId, ...], replies: list, metrics: EpochMetrics,
+                   cost: float) -> list[cmd.Command]:
+        """A step whose replies hold: learn from it, write its line, then stop or go on to the next step."""
+        counts = role_counts(used)
+        workers, servers = counts[Role.WORKER], counts[Role.SERVER]
+        step, spec = self.step, self.spec
         stopped = any(r.stopped_early for r in replies)  # the deadline came first
-        if stopped and not any(r.samples for r in replies):  # before the first step: as if it had timed out
-            failure = Failure(f"{self.spec.name}-worker", TIMEOUT,
-                              "the deadline of this attempt came before its first training step", event.wall_s)
-            return self._failed(event.now_s, failure, cost, slot_s)
-        try:
-            metrics = aggregate(replies, workers)
-        except BadReplies as error:
-            return self._failed(event.now_s, Failure(self.spec.name, "error", str(error), event.wall_s), cost,
-                                slot_s)
-        if not (_finite(metrics.loss) and (metrics.val_loss is None or _finite(metrics.val_loss))):
-            return self._diverged(event.now_s, cost, slot_s, f"loss {metrics.loss!r}, validation loss "
-                                                              f"{metrics.val_loss!r}")
-        odd = [name for name, value in (("accuracy", metrics.accuracy), ("compute_s", metrics.compute_s))
-               if value is not None and not _finite(value)]
-        if odd:
-            failure = Failure(self.spec.name, "error", f"reply: {', '.join(odd)} not finite", event.wall_s)
-            return self._failed(event.now_s, failure, cost, slot_s)
-        if not event.checkpoint:
-            failure = Failure(f"{self.spec.name}-worker", "error", "rank 0 did not save the checkpoint", event.wall_s)
-            return self._failed(event.now_s, failure, cost, slot_s)
-        step, spec, before = self.step, self.spec, self.history
         done = _epoch_share(replies) if stopped else 1.0  # the share of the step's data the workers trained on
         fraction = step.data_fraction * done
         partial = {"data_fraction": fraction, "epoch_fraction": done, "stopped_early": True} if stopped else {}
         batch_fields = self._learn_batch(replies, workers, metrics.samples, metrics.compute_s, fraction)
         self._data_samples = _data_size(replies, step.data_fraction) or self._data_samples
         self._trained_share = fraction
-        phase = "training" if step.epoch else "calibration"
-        spent = before.spent + cost
-        wall_s, compute_s = round(event.wall_s, 4), round(metrics.compute_s, 4)
         warmup_s = None if metrics.warmup_s is None else round(metrics.warmup_s, 4)  # <= compute_s (the contract)
-        metric = stop_metric(metrics.loss, metrics.val_loss)
-        self.history = replace(
-            before,
-            observations=before.observations + (observation(workers, servers, wall_s, compute_s, fraction,
-                                                            warmup_s),),
-            metrics=before.metrics + ((metric,) if step.epoch else ()),
-            calibration_done=before.calibration_done + (0 if step.epoch else 1),
-            epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
-            last_counts=(workers, servers), last_cost=cost, checkpoint=event.checkpoint, spent=spent,
-            final_loss=metrics.loss, final_val_loss=metrics.val_loss, last_end=iso(event.now_s),
-            line_counts=(workers, servers))
-        reason = None
-        if step.epoch:
-            lost = self.history.epochs_done - len(self.history.metrics)  # epochs done whose lines a log lost
-            reason = decide(StopInputs(metrics=self.history.metrics, target_loss=spec.target_loss,
-                                       consecutive=spec.consecutive, max_epochs=spec.max_epochs - lost,
-                                       cumulative_cost=spent, budget=spec.budget, predicted_next_cost=None))
-        placement = {fid.name: self.bound[fid] for fid in used}
-        record = EpochRecord(
-            run_id=self.run_id, job=spec.name, phase=phase, epoch=step.epoch, workers=workers, servers=servers,
-            placement=placement, loss=metrics.loss, val_loss=metrics.val_loss, accuracy=metrics.accuracy,
-            train_accuracy=metrics.train_accuracy, samples=metrics.samples, epoch_time_s=wall_s,
-            compute_s=compute_s, start=iso(event.started_s), end=iso(event.now_s), cost=cost,
-            cumulative_cost=spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
-            checkpoint=event.checkpoint, extra={**step.extra, **partial, **batch_fields,
-                                                **({} if warmup_s is None else {"warmup_s": warmup_s})})
-        self._show(phase, f"epoch {step.epoch} done" if step.epoch else
+        self._add_step(event, (workers, servers), metrics, cost, fraction, warmup_s)
+        reason = self._stop_reason() if step.epoch else None
+        extra = {**step.extra, **partial, **batch_fields, **({} if warmup_s is None else {"warmup_s": warmup_s})}
+        record = self._step_record(event, used, metrics, cost, reason, extra)
+        self._show(record.phase, f"epoch {step.epoch} done" if step.epoch else
                    f"step {step.extra.get('calibration_step')}/{len(self.calibration)} done")
         out: list[cmd.Command] = [cmd.WriteRecord(record), cmd.PruneCheckpoints(event.checkpoint)]
         if reason is not None:
             return out + self._finish(event.now_s, reason, written=True)
-        if not step.epoch and spent >= spec.budget:
+        if not step.epoch and self.history.spent >= spec.budget:
             return out + self._finish(event.now_s, "budget")
         return out + self._next(event.now_s)
+
+    def _add_step(self, event: ev.EpochDone, counts: tuple[int, int], metrics: EpochMetrics, cost: float,
+                  data_fraction: float, warmup_s: float | None) -> None:
+        """The history after a finished step: its speed observation, its stop metric, its cost and checkpoint."""
+        step, before = self.step, self.history
+        workers, servers = counts
+        observed = observation(workers, servers, round(event.wall_s, 4), round(metrics.compute_s, 4), data_fraction,
+                               warmup_s)
+        self.history = replace(
+            before,
+            observations=before.observations + (observed,),
+            metrics=before.metrics + ((stop_metric(metrics.loss, metrics.val_loss),) if step.epoch else ()),
+            calibration_done=before.calibration_done + (0 if step.epoch else 1),
+            epochs_done=step.epoch or before.epochs_done, steps_done=before.steps_done + 1,
+            last_counts=counts, last_cost=cost, checkpoint=event.checkpoint, spent=before.spent + cost,
+            final_loss=metrics.loss, final_val_loss=metrics.val_loss, last_end=iso(event.now_s),
+            line_counts=counts)
+
+    def _stop_reason(self) -> str | None:
+        """Why the job stops after the training epoch just added to its history (coach.policy.stopping); None: on."""
+        spec, history = self.spec, self.history
+        lost = history.epochs_done - len(history.metrics)  # epochs done whose lines a log lost
+        return decide(StopInputs(metrics=history.metrics, target_loss=spec.target_loss,
+                                 consecutive=spec.consecutive, max_epochs=spec.max_epochs - lost,
+                                 cumulative_cost=history.spent, budget=spec.budget, predicted_next_cost=None))
+
+    def _step_record(self, event: ev.EpochDone, used: tuple[FunctionId, ...], metrics: EpochMetrics, cost: float,
+                     reason: str | None, extra: Mapping) -> EpochRecord:
+        """The line of a finished step, written once the history holds it."""
+        step, spec = self.step, self.spec
+        counts = role_counts(used)
+        workers, servers = counts[Role.WORKER], counts[Role.SERVER]
+        return EpochRecord(
+            run_id=self.run_id, job=spec.name, phase="training" if step.epoch else "calibration", epoch=step.epoch,
+            workers=workers, servers=servers, placement={fid.name: self.bound[fid] for fid in used},
+            loss=metrics.loss, val_loss=metrics.val_loss, accuracy=metrics.accuracy,
+            train_accuracy=metrics.train_accuracy, samples=metrics.samples, epoch_time_s=round(event.wall_s, 4),
+            compute_s=round(metrics.compute_s, 4), start=iso(event.started_s), end=iso(event.now_s), cost=cost,
+            cumulative_cost=self.history.spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
+            checkpoint=event.checkpoint, extra=extra)
 
     def _learn_batch(self, replies, workers: int, samples: int, compute_s: float, data_fraction: float) -> dict:
         """The batch fields of a finished step's line; keeps the step time and the noise the workers measured.
