@@ -18,7 +18,7 @@ import json
 import statistics
 import sys
 
-from coach.analysis.power import detectable
+from coach.analysis.stats import detectable
 from coach.analysis.stats import run_test
 from coach.experiments.matrix import SelectionError, select_runs
 

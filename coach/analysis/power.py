@@ -61,20 +61,6 @@ def samples_needed(d: float, alpha: float = ALPHA, wanted_power: float = POWER) 
     return high
 
 
-def detectable(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA, wanted_power: float = POWER) -> dict:
-    """What compare.json says about the comparison's power: the smallest detectable d, in seconds and in % of
-    A's mean, with the sample sizes it has."""
-    from coach.analysis.stats import pooled_std
-
-    d = detectable_effect(len(a), len(b), alpha, wanted_power)
-    sd = pooled_std(a, b)
-    seconds = None if d is None or sd is None else d * sd
-    mean_a = sum(a) / len(a) if a else None
-    percent = None if seconds is None or not mean_a else 100 * seconds / mean_a
-    return {"alpha": alpha, "power": wanted_power, "n_a": len(a), "n_b": len(b), "cohens_d": d,
-            "jct_s": seconds, "percent_of_a_mean": percent}
-
-
 def repetitions_to_detect(fraction: float, pilot: dict[str, list[list[float]]], most: int) -> dict:
     """How many repetitions of every cell let `coach compare` detect a difference of `fraction` x a cell's mean
     JCT between any two cells (alpha 0.05, power 0.8), from a pilot: cell -> the JCTs of each of its pilot runs.

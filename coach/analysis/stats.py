@@ -25,6 +25,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from coach.analysis.power import ALPHA, POWER, detectable_effect
+
 MIN_SAMPLES_PER_SIDE = 2  # below this no test, and no standard deviation, means anything
 
 #: The descriptive table's columns, in the thesis's (and pandas' `describe`) order.
@@ -247,11 +249,21 @@ def side_stats(runs: Sequence[tuple[str, Mapping]]) -> dict:
     }
 
 
+def detectable(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA, wanted_power: float = POWER) -> dict:
+    """What compare.json says about the comparison's power: the smallest detectable d, in seconds and in % of
+    A's mean, with the sample sizes it has."""
+    d = detectable_effect(len(a), len(b), alpha, wanted_power)
+    sd = pooled_std(a, b)
+    seconds = None if d is None or sd is None else d * sd
+    mean_a = sum(a) / len(a) if a else None
+    percent = None if seconds is None or not mean_a else 100 * seconds / mean_a
+    return {"alpha": alpha, "power": wanted_power, "n_a": len(a), "n_b": len(b), "cohens_d": d,
+            "jct_s": seconds, "percent_of_a_mean": percent}
+
+
 def compare(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, Mapping]],
             test: str = DEFAULT_TEST) -> dict:
     """compare.json's statistics: both sides, the test of A's JCTs against B's, and A − B differences."""
-    from coach.analysis.power import detectable
-
     a, b = side_stats(a_runs), side_stats(b_runs)
     a_jct, b_jct = [s["jct_s"] for s in a["samples"]], [s["jct_s"] for s in b["samples"]]
     result = run_test(test, a_jct, b_jct)

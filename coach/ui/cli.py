@@ -15,10 +15,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coach.inputs.cluster import ClusterFileError, load_cluster
-from coach.inputs.jobs import MAX_MONEY, JobFileError, load_jobs
+from coach.inputs.jobs import MAX_MONEY
 from coach.inputs.limits import one_line, short
 from coach.ui.errors import EXIT_INTERRUPTED, BadInput, Parser, fail as _fail, integer, number
+from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say, say_cluster, stdout_closed
 from scheduler_fork import PROFILES
 
 #: Bounds of the numeric options (README's Commands section lists them).
@@ -40,7 +40,7 @@ exit codes:
 
 
 def cmd_validate(args) -> int:
-    specs, cluster = _inputs(args.files, args.cluster)
+    specs, cluster = inputs(args.files, args.cluster)
     from coach.estimates.cost import MIN_EPOCH_S, cost_floor
 
     price = max(node.price_per_slot_s for node in cluster.nodes)
@@ -55,57 +55,6 @@ def cmd_validate(args) -> int:
                   f"{price:g} per slot-second = {floor:.3g}); the job will stop with `budget` before training",
                   file=sys.stderr)
     return 0
-
-
-def _inputs(job_files, cluster_file):
-    """Validated job specs and cluster, or BadInput naming every problem (job files first)."""
-    try:
-        specs = load_jobs(job_files)
-    except JobFileError as error:
-        raise BadInput(error.lines) from None
-    try:
-        return specs, load_cluster(cluster_file)
-    except ClusterFileError as error:
-        raise BadInput(error.lines) from None
-
-
-def _prices(cluster) -> str:
-    """`0.0001 per slot-second`, or `0.0001-0.0002 per slot-second` when the nodes' prices differ."""
-    prices = sorted({node.price_per_slot_s for node in cluster.nodes})
-    shown = f"{prices[0]:g}" if len(prices) == 1 else f"{prices[0]:g}-{prices[-1]:g}"
-    return f"{shown} per slot-second"
-
-
-def _stdout_closed() -> None:
-    """Point stdout at /dev/null after a reader closed it (`coach ... | head -1`): later prints are lost, not errors."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # a stdout without a file descriptor (captured): nothing to redirect
-        pass
-
-
-def say(line: str) -> None:
-    """Print one line of a run's own output; a closed stdout loses it but does not stop the run."""
-    try:
-        print(line, flush=True)
-    except BrokenPipeError:
-        _stdout_closed()
-
-
-def say_cluster(cluster) -> None:
-    """Money is never silent: the cluster a run places its functions on, and what a slot-second costs there."""
-    origin = "the default cluster" if cluster.source == "(default)" else cluster.source
-    say(f"cluster: {cluster.name} ({origin}): {len(cluster.nodes)} nodes, {cluster.total_slots} slots, "
-        f"{_prices(cluster)}")
-
-
-def _results_folder(option: str, folder: str) -> None:
-    """BadInput unless `folder` is a folder or does not exist yet (it is created)."""
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise BadInput([f"{option}: {folder}: not a folder"])
 
 
 def _check_resume(run_dir: Path) -> dict:
@@ -156,43 +105,6 @@ def _default_image() -> str:
     return DEFAULT_IMAGE
 
 
-def _site(args):
-    """The run's Site from the options, or BadInput naming the option; a Nuclio site must answer now."""
-    from coach.app.compose import Site, check_site
-
-    if args.platform == "local":
-        given = [f"--{name}" for name in ("dashboard", "kubeconfig") if getattr(args, name)]
-        if given:
-            raise BadInput([f"{given[0]}: only with --platform nuclio"])
-        return Site()
-    for name in ("dashboard", "kubeconfig"):
-        if not getattr(args, name):
-            raise BadInput([f"--{name}: required with --platform {args.platform}"])
-    kubeconfig = Path(args.kubeconfig)
-    if not kubeconfig.is_file():
-        raise BadInput([f"--kubeconfig: {args.kubeconfig}: not a file"])
-    site = Site(platform=args.platform, dashboard=args.dashboard, namespace=args.namespace,
-                kubeconfig=str(kubeconfig.resolve()), image=args.image)
-    problem = check_site(site)
-    if problem is not None:
-        raise BadInput([one_line(problem, 400)])
-    return site
-
-
-def _check_store(where: str, url: str) -> None:
-    """BadInput naming `where` and `url` unless the checkpoint store answers now (checked before any job starts:
-    a missing bucket, refused access or an unreachable endpoint, a file where a folder should be)."""
-    from coach.app.compose import checkpoint_store
-
-    try:
-        store = checkpoint_store(url)
-        problem = store.check()
-    except ValueError as error:
-        problem = str(error)
-    if problem is not None:
-        raise BadInput([one_line(f"{where}: {url}: {problem}", 400)])
-
-
 def cmd_run(args) -> int:
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     if args.resume:
@@ -208,7 +120,7 @@ def cmd_run(args) -> int:
         run_dir = Path(args.resume).resolve()
         manifest = _check_resume(run_dir)
         if isinstance(manifest.get("checkpoints"), str):
-            _check_store(f"{run_dir / 'run.json'}: checkpoints", manifest["checkpoints"])
+            check_store(f"{run_dir / 'run.json'}: checkpoints", manifest["checkpoints"])
         if not args.quiet:
             say_cluster(ClusterSpec.from_dict(manifest["cluster"]))
         try:
@@ -219,8 +131,8 @@ def cmd_run(args) -> int:
         return report.exit_code
     if not args.files:
         return _fail(["coach run: give job files, or --resume RUN_DIR"])
-    specs, cluster = _inputs(args.files, args.cluster)
-    _results_folder("--results", args.results)
+    specs, cluster = inputs(args.files, args.cluster)
+    results_folder("--results", args.results)
     from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
     scheduler = args.scheduler or cluster.scheduler or "gang"
@@ -230,7 +142,7 @@ def cmd_run(args) -> int:
                if (problem := POLICIES[args.policy].check(spec)) is not None]
     if refused:
         return _fail([f"{line} (--policy {args.policy})" for line in refused])
-    site = _site(args)
+    site = run_site(args)
     if site.platform != "local":  # a job's name is its pods' label value and its PodGroup's name
         import re
 
@@ -241,7 +153,7 @@ def cmd_run(args) -> int:
             return _fail(wrong)
     checkpoints = args.checkpoints
     if checkpoints is not None:
-        _check_store("--checkpoints", checkpoints)
+        check_store("--checkpoints", checkpoints)
     if not args.quiet:
         say_cluster(cluster)
     report = run_jobs(specs, cluster, Path(args.results), view=view, scheduler=scheduler,
@@ -252,7 +164,7 @@ def cmd_run(args) -> int:
 
 def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
-    specs, cluster = _inputs([args.job], args.cluster)
+    specs, cluster = inputs([args.job], args.cluster)
     spec = specs[0]
     from coach.inputs.runs import RunInputError, checked_records
     from coach.policy.history import history_from_records
@@ -507,14 +419,14 @@ def main(argv=None) -> int:
     except SystemExit as exit_:  # --help, --version (0) or an argparse error, already printed (2)
         return exit_.code if isinstance(exit_.code, int) else 2
     except BrokenPipeError:  # `coach --help | head -1`
-        _stdout_closed()
+        stdout_closed()
         return 1
     try:
         return args.func(args)
     except BadInput as error:
         return _fail(error.lines)
     except BrokenPipeError:  # the reader of stdout went away (`coach ... | head -1`): not bad input
-        _stdout_closed()
+        stdout_closed()
         return 1
     except (OSError, UnicodeDecodeError) as error:  # a user's file that no check foresaw: one line, no traceback
         return _fail([_file_error(error)])

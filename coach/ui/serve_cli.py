@@ -19,7 +19,7 @@ def cmd_serve(args) -> int:
     from coach.service.security import is_loopback
     from coach.service.server import Listen, bind, serve
     from coach.service.session import ServedRun, Unservable
-    from coach.ui.cli import _check_store, _inputs, _results_folder, _site, say_cluster
+    from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say_cluster
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if not is_loopback(args.host) and not token:
@@ -29,11 +29,11 @@ def cmd_serve(args) -> int:
     missing = [f"--models: {folder}: not a folder" for folder in folders if not folder.is_dir()]
     if missing:
         return fail(missing)
-    _, cluster = _inputs([], args.cluster)
-    _results_folder("--results", args.results)
-    site = _site(args)
+    _, cluster = inputs([], args.cluster)
+    results_folder("--results", args.results)
+    site = run_site(args)
     if args.checkpoints is not None:
-        _check_store("--checkpoints", args.checkpoints)
+        check_store("--checkpoints", args.checkpoints)
     config = RunConfig(scheduler=args.scheduler or cluster.scheduler or "gang", policy=args.policy,
                        placement_timeout_s=args.placement_timeout, platform=site.platform,
                        placement=_placement_of(site.platform), checkpoints=args.checkpoints, site=site)

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from coach.analysis import stats
-from coach.analysis.power import detectable, detectable_effect, power, repetitions_to_detect, samples_needed
+from coach.analysis.power import detectable_effect, power, repetitions_to_detect, samples_needed
+from coach.analysis.stats import detectable
 
 
 @pytest.mark.parametrize("d, n", [(0.8, 26), (0.5, 64), (0.2, 394)])  # Cohen's table gives 393 for 0.2
