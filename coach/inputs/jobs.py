@@ -433,53 +433,19 @@ def _check_batch_size(value: Any, problems: _Problems) -> tuple[int, str] | None
     return (per_worker, scaling) if ok else None
 
 
+#: What is wrong with a model path that is not a regular file, by what is there instead.
+_NOT_A_FILE: dict[str, str] = {
+    "missing": "file not found: {model}",
+    "dir": "is a directory, expected a .py file: {model}",
+    "other": "not a regular file: {model}",
+}
+
+
 def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
-    if not isinstance(value, str):
-        problems.add("model", f"expected a string (path of a .py file), got {_describe(value)}")
-        return None
-    if not value.strip():
-        problems.add("model", "must not be empty, expected the path of a .py file")
-        return None
-    try:
-        model = Path(os.path.abspath(job_dir / value))
-        kind = "missing" if not model.exists() else "dir" if model.is_dir() else "file" if model.is_file() else "other"
-    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        problems.add("model", f"cannot use {short(value)}: {reason}")
-        return None
-    if kind == "missing":
-        problems.add("model", f"file not found: {model}")
-        return None
-    if kind == "dir":
-        problems.add("model", f"is a directory, expected a .py file: {model}")
-        return None
-    if kind != "file":
-        problems.add("model", f"not a regular file: {model}")
-        return None
-    if model.suffix != ".py":
-        problems.add("model", f"must be a .py file, got {model}")
-        return None
-    try:
-        source = read_capped(model, MAX_MODEL_FILE_BYTES)
-    except (FileTooLarge, NotRegularFile) as exc:
-        problems.add("model", f"cannot read {model}: {exc}")
-        return None
-    except OSError as exc:
-        problems.add("model", f"cannot read {model}: {exc.strerror or exc}")
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. SyntaxWarning for odd escapes
-            tree = ast.parse(source, filename=str(model))
-    except SyntaxError as exc:
-        where = f" at line {exc.lineno}" if exc.lineno is not None else ""
-        problems.add("model", f"syntax error in {model}{where}: {exc.msg}")
-        return None
-    except ValueError as exc:  # e.g. null bytes
-        problems.add("model", f"cannot parse {model}: {exc}")
-        return None
-    except (RecursionError, MemoryError):  # nesting too deep for the parser
-        problems.add("model", f"cannot parse {model}: nested too deeply")
+    """The model file's absolute path when it is a .py file that defines MODEL_FUNCTIONS; else None and a problem."""
+    model = _model_file(value, job_dir, problems)
+    tree = None if model is None else _parse_model(model, problems)
+    if tree is None:
         return None
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     missing = [name for name in MODEL_FUNCTIONS if name not in defined]
@@ -493,12 +459,75 @@ def _check_model(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
     return model
 
 
+def _model_file(value: Any, job_dir: Path, problems: _Problems) -> Path | None:
+    """The absolute path `value` names (relative to `job_dir`) when it is a regular .py file; else None."""
+    if not isinstance(value, str):
+        problems.add("model", f"expected a string (path of a .py file), got {_describe(value)}")
+        return None
+    if not value.strip():
+        problems.add("model", "must not be empty, expected the path of a .py file")
+        return None
+    try:
+        model = Path(os.path.abspath(job_dir / value))
+        kind = "missing" if not model.exists() else "dir" if model.is_dir() else "file" if model.is_file() else "other"
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        problems.add("model", f"cannot use {short(value)}: {reason}")
+        return None
+    if kind in _NOT_A_FILE:
+        problems.add("model", _NOT_A_FILE[kind].format(model=model))
+        return None
+    if model.suffix != ".py":
+        problems.add("model", f"must be a .py file, got {model}")
+        return None
+    return model
+
+
+def _parse_model(model: Path, problems: _Problems) -> ast.Module | None:
+    """The model file's syntax tree, read with its size cap and never run; None when it cannot be read or parsed."""
+    try:
+        source = read_capped(model, MAX_MODEL_FILE_BYTES)
+    except (FileTooLarge, NotRegularFile) as exc:
+        problems.add("model", f"cannot read {model}: {exc}")
+        return None
+    except OSError as exc:
+        problems.add("model", f"cannot read {model}: {exc.strerror or exc}")
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. SyntaxWarning for odd escapes
+            return ast.parse(source, filename=str(model))
+    except SyntaxError as exc:
+        where = f" at line {exc.lineno}" if exc.lineno is not None else ""
+        problems.add("model", f"syntax error in {model}{where}: {exc.msg}")
+    except ValueError as exc:  # e.g. null bytes
+        problems.add("model", f"cannot parse {model}: {exc}")
+    except (RecursionError, MemoryError):  # nesting too deep for the parser
+        problems.add("model", f"cannot parse {model}: nested too deeply")
+    return None
+
+
 def _unknown_field(key: Any) -> str:
     text = str(key)[:100]
     hint = _ALIASES.get(text) or next(
         iter(difflib.get_close_matches(text, _KNOWN, n=1, cutoff=0.6)), None
     )
     return f" (did you mean {hint!r}?)" if hint else ""
+
+
+#: A field's own check: (value, problems, the job's folder, the fields checked before it) -> the field's value, or
+#: None after adding its problems.
+FieldCheck = Callable[[Any, "_Problems", Path, Mapping[str, Any]], Any]
+
+#: The fields that are not plain numbers; every other field is checked against its JOB_BOUNDS.
+_FIELD_CHECKS: dict[str, FieldCheck] = {
+    "name": lambda value, problems, folder, earlier: _check_name(value, problems),
+    "model": lambda value, problems, folder, earlier: _check_model(value, folder, problems),
+    "optimizer": lambda value, problems, folder, earlier: _check_optimizer(value, problems),
+    "optimizer_params": lambda value, problems, folder, earlier: _check_optimizer_params(
+        value, problems, earlier.get("optimizer")),  # after optimizer in _KNOWN
+    "batch_size": lambda value, problems, folder, earlier: _check_batch_size(value, problems),
+}
 
 
 def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path | None = None,
@@ -517,7 +546,17 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         return JobCheck(tuple(problems.lines))
     folder = Path(folder)
     source = Path(os.path.abspath(folder / shown if source is None else source))
+    _check_keys(data, problems)
+    values = _check_fields(data, folder, duplicated, problems)
+    _check_across_fields(data, values, problems)
+    name = values.get("name")
+    if problems.lines or duplicated:
+        return JobCheck(tuple(problems.lines), name=name)
+    return JobCheck((), spec=_job_spec(values, source), name=name)
 
+
+def _check_keys(data: Mapping, problems: _Problems) -> None:
+    """Unknown keys (with a hint), then required keys that are missing."""
     for key in data:
         if key not in _KNOWN:
             problems.add(field_name(key), f"unknown field{_unknown_field(key)}")
@@ -525,6 +564,9 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         if key not in data:
             problems.add(key, "required field missing")
 
+
+def _check_fields(data: Mapping, folder: Path, duplicated: Collection[str], problems: _Problems) -> dict[str, Any]:
+    """Every known field that is valid on its own, in _KNOWN's order; a repeated key is skipped (reported already)."""
     values: dict[str, Any] = {}
     for key in _KNOWN:
         if key not in data or key in duplicated:
@@ -533,44 +575,33 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         if raw is None and key in _NULLABLE:
             values[key] = None  # explicit "not given"
             continue
-        if key == "name":
-            checked: Any = _check_name(raw, problems)
-        elif key == "model":
-            checked = _check_model(raw, folder, problems)
-        elif key == "optimizer":
-            checked = _check_optimizer(raw, problems)
-        elif key == "optimizer_params":
-            checked = _check_optimizer_params(raw, problems, values.get("optimizer"))
-        elif key == "batch_size":
-            checked = _check_batch_size(raw, problems)
-        else:
-            checked = _check_number(key, raw, problems)
+        check = _FIELD_CHECKS.get(key)
+        checked = check(raw, problems, folder, values) if check else _check_number(key, raw, problems)
         if checked is not None:
             values[key] = checked
+    return values
 
-    # Cross-field rules, only between fields that are present and valid on their own.
+
+def _check_across_fields(data: Mapping, values: Mapping[str, Any], problems: _Problems) -> None:
+    """Rules between fields, only between fields that are present and valid on their own."""
     invalid = {key for key in _KNOWN if key in data and key not in values}
     for own, other in (("workers", "servers"), ("servers", "workers")):
-        if own in invalid or other in invalid:
-            continue
-        if values.get(own) is not None and values.get(other) is None:
+        if (own not in invalid and other not in invalid
+                and values.get(own) is not None and values.get(other) is None):
             problems.add(other, f"required when {own} is given (static job)")
     for count, limit in (("workers", "max_workers"), ("servers", "max_servers")):
-        if values.get(count) is not None and values.get(limit) is not None:
-            if values[count] > values[limit]:
-                problems.add(count, f"must be <= {limit} ({values[limit]}), got {values[count]}")
-
+        if values.get(count) is not None and values.get(limit) is not None and values[count] > values[limit]:
+            problems.add(count, f"must be <= {limit} ({values[limit]}), got {values[count]}")
     if "consecutive" in values and "max_epochs" in values and values["consecutive"] > values["max_epochs"]:
         problems.add("consecutive", f"must be <= max_epochs ({values['max_epochs']}), got {values['consecutive']}")
 
-    name = values.get("name")
-    if problems.lines or duplicated:
-        return JobCheck(tuple(problems.lines), name=name)
 
+def _job_spec(values: Mapping[str, Any], source: Path) -> JobSpec:
+    """The JobSpec of a job whose fields are all valid, with the defaults of the fields it does not give."""
     merged = {**_DEFAULTS, **values}
     if "consecutive" not in values:  # the default never asks for more epochs than the job may train
         merged["consecutive"] = min(merged["consecutive"], merged["max_epochs"])
-    spec = JobSpec(
+    return JobSpec(
         name=merged["name"],
         source=source,
         model_path=merged["model"],
@@ -592,7 +623,6 @@ def check_job(data: Any, shown: str, folder: str | Path, *, source: str | Path |
         calibration_fraction=float(merged["calibration_fraction"]),
         max_retries=merged["max_retries"],
     )
-    return JobCheck((), spec=spec, name=name)
 
 
 def check_job_text(text: str, shown: str, folder: str | Path,
