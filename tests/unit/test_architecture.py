@@ -1,8 +1,10 @@
-"""The architecture contracts in pyproject.toml ([tool.importlinter]) hold: import-linter keeps every one.
+"""The architecture contracts in pyproject.toml ([tool.importlinter]) hold, and say what the design says.
 
-The contracts: the pure core (coach.estimates, coach.policy, coach.lifecycle, coach.domain) imports no clock, thread,
-process, network or signal module; coach's packages form layers that import only downwards; and the Nuclio
-functions import nothing of coach but coach.domain. Running `lint-imports` in the repository prints the same report.
+The contracts: the pure core (coach.estimates, coach.policy, coach.lifecycle, coach.domain) imports no file system,
+randomness, clock, thread, process, network or signal module, through any path; the cluster simulator's decisions
+touch no clock, thread, process or network; coach's packages form layers that import only downwards; the Nuclio
+functions and scheduler_fork import nothing of coach but coach.domain; `coach scheduler` imports neither the
+drivers, the simulator nor MXNet's stack; and no product code imports the tests. `lint-imports` prints the report.
 """
 
 from __future__ import annotations
@@ -46,3 +48,30 @@ def test_the_functions_contract_forbids_every_coach_package_but_domain():
     packages = {f"coach.{module.name}" for module in pkgutil.iter_modules(coach.__path__)}
 
     assert set(CONTRACTS["functions"]["forbidden_modules"]) == packages - {"coach.domain"}
+
+
+def test_the_pure_core_may_not_touch_the_file_system_randomness_a_clock_or_the_network():
+    contract = CONTRACTS["pure-core"]
+    assert set(contract["source_modules"]) == {"coach.estimates", "coach.policy", "coach.lifecycle", "coach.domain"}
+    assert {"os", "random", "time", "threading", "subprocess", "socket"} <= set(contract["forbidden_modules"])
+    assert contract.get("allow_indirect_imports", "False") in ("False", False)  # through any path, not only directly
+
+
+def test_the_scheduler_may_import_neither_the_drivers_nor_the_simulator_nor_mxnet():
+    contract = CONTRACTS["scheduler"]
+    assert contract["source_modules"] == ["coach.kube_scheduler"]
+    assert {"coach.drivers", "coach.simulator", "coach.app", "mxnet", "numpy", "scipy"} <= set(
+        contract["forbidden_modules"])
+
+
+def test_every_top_level_package_is_the_source_of_a_contract_and_none_may_import_the_tests():
+    sources = {module.split(".")[0] for options in CONTRACTS.values() for module in options.get("source_modules", [])}
+    assert sources >= set(CONFIG["session_options"]["root_packages"]) == {"coach", "coach_functions", "scheduler_fork"}
+    assert CONTRACTS["product-not-tests"]["forbidden_modules"] == ["tests"]
+    assert set(CONTRACTS["product-not-tests"]["source_modules"]) == set(CONFIG["session_options"]["root_packages"])
+
+
+def test_scheduler_fork_may_import_no_coach_package_but_domain():
+    packages = {f"coach.{module.name}" for module in pkgutil.iter_modules(coach.__path__)}
+
+    assert packages - {"coach.domain"} <= set(CONTRACTS["scheduler-fork"]["forbidden_modules"])
