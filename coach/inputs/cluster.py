@@ -67,72 +67,107 @@ def _positive_number(value, where: str, errors: list[str], integer: bool) -> boo
 
 def parse_cluster(data, source: str) -> ClusterSpec:
     """Validate already-parsed YAML; raise ClusterFileError listing every problem."""
-    errors: list[str] = []
     if not isinstance(data, dict):
         raise ClusterFileError([f"{source}: (file): expected a mapping with 'nodes'"])
-    for key in sorted(set(data) - TOP_FIELDS, key=str):
-        errors.append(f"{source}: {short(key, 64) if not isinstance(key, str) else key[:64]}: unknown field")
-    default_price = data.get("price_per_slot_s")
+    errors = [f"{source}: {short(key, 64) if not isinstance(key, str) else key[:64]}: unknown field"
+              for key in sorted(set(data) - TOP_FIELDS, key=str)]
     default_ok = "price_per_slot_s" in data and _positive_number(
-        default_price, f"{source}: price_per_slot_s", errors, integer=False)
-    raw_nodes = data.get("nodes")
-    if not isinstance(raw_nodes, list) or not raw_nodes:
-        errors.append(f"{source}: nodes: required, a non-empty list of nodes")
-        raw_nodes = []
-    elif len(raw_nodes) > MAX_NODES:
-        errors.append(f"{source}: nodes: at most {MAX_NODES} nodes, got {len(raw_nodes)}")
-        raw_nodes = []
-    nodes, seen, unpriced = [], set(), []
-    for i, raw in enumerate(raw_nodes):
-        where = f"{source}: nodes[{i}]"
-        if not isinstance(raw, dict):
-            errors.append(f"{where}: expected a mapping with name and slots")
-            continue
-        for key in sorted(set(raw) - NODE_FIELDS, key=str):
-            errors.append(f"{where}.{key}: unknown field")
-        name = raw.get("name")
-        if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
-            errors.append(f"{where}.name: required, letters, digits, '.', '_' or '-'")
-            name = None
-        elif name in seen:
-            errors.append(f"{where}.name: duplicate node name '{name}'")
-        else:
-            seen.add(name)
-        ok = "slots" in raw and _positive_number(raw["slots"], f"{where}.slots", errors, integer=True)
-        if "slots" not in raw:
-            errors.append(f"{where}.slots: required field missing")
-        if "price_per_slot_s" in raw:
-            price = raw["price_per_slot_s"]
-            ok = _positive_number(price, f"{where}.price_per_slot_s", errors, integer=False) and ok
-        elif "price_per_slot_s" in data:  # inherits the top-level price, which is reported once, above
-            price = default_price
-            ok = ok and default_ok
-        else:  # no price anywhere: reported once, below
-            unpriced.append(f"nodes[{i}]")
-            ok = False
-        if ok and name is not None:
-            nodes.append(NodeSpec(name, raw["slots"], float(price)))
-    if unpriced:
-        shown = ", ".join(unpriced[:3]) + (f" and {len(unpriced) - 3} more" if len(unpriced) > 3 else "")
-        errors.append(f"{source}: price_per_slot_s: required field missing (no price for {shown}; "
-                      "set it at the top level or on every node)")
+        data["price_per_slot_s"], f"{source}: price_per_slot_s", errors, integer=False)
+    nodes = _parse_nodes(data, source, default_ok, errors)
     scheduler = data.get("scheduler")
-    if scheduler is not None:
-        from scheduler_fork import PROFILES
-
-        if not isinstance(scheduler, str) or scheduler not in PROFILES:
-            errors.append(f"{source}: scheduler: unknown profile {short(scheduler)}; "
-                          f"known: {', '.join(sorted(PROFILES))}")
+    errors += _scheduler_problems(scheduler, source)
     name = data.get("name", Path(source).stem)
-    if not isinstance(name, str):
-        errors.append(f"{source}: name: expected a string")
-    elif not name.strip() or len(name) > MAX_NAME_CHARS or not name.isprintable():
-        errors.append(f"{source}: name: must be 1-{MAX_NAME_CHARS} printable characters, got {short(name)}")
+    errors += _name_problems(name, source)
     if errors:
         prefix = f"{source}: "
         raise ClusterFileError([prefix + one_line(line[len(prefix):]) if line.startswith(prefix) else line
                                 for line in errors])
     return ClusterSpec(name=name, nodes=tuple(nodes), source=source, scheduler=scheduler)
+
+
+def _parse_nodes(data: dict, source: str, default_ok: bool, errors: list[str]) -> list[NodeSpec]:
+    """The nodes that are valid; the problems of the others in `errors`, one line for all nodes without a price."""
+    raw_nodes = _node_list(data.get("nodes"), source, errors)
+    nodes, seen = [], set()
+    for i, raw in enumerate(raw_nodes):
+        node = _parse_node(raw, f"{source}: nodes[{i}]", data, default_ok, seen, errors)
+        if node is not None:
+            nodes.append(node)
+    unpriced = [f"nodes[{i}]" for i, raw in enumerate(raw_nodes)
+                if isinstance(raw, dict) and "price_per_slot_s" not in raw and "price_per_slot_s" not in data]
+    if unpriced:
+        shown = ", ".join(unpriced[:3]) + (f" and {len(unpriced) - 3} more" if len(unpriced) > 3 else "")
+        errors.append(f"{source}: price_per_slot_s: required field missing (no price for {shown}; "
+                      "set it at the top level or on every node)")
+    return nodes
+
+
+def _node_list(raw_nodes, source: str, errors: list[str]) -> list:
+    """The file's `nodes` when it is a non-empty list of at most MAX_NODES; else [] and a problem."""
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        errors.append(f"{source}: nodes: required, a non-empty list of nodes")
+        return []
+    if len(raw_nodes) > MAX_NODES:
+        errors.append(f"{source}: nodes: at most {MAX_NODES} nodes, got {len(raw_nodes)}")
+        return []
+    return raw_nodes
+
+
+def _parse_node(raw, where: str, data: dict, default_ok: bool, seen: set[str], errors: list[str]) -> NodeSpec | None:
+    """One node when its name, slots and price (its own or the top level's) are valid; else None and problems."""
+    if not isinstance(raw, dict):
+        errors.append(f"{where}: expected a mapping with name and slots")
+        return None
+    errors.extend(f"{where}.{key}: unknown field" for key in sorted(set(raw) - NODE_FIELDS, key=str))
+    name = _node_name(raw.get("name"), where, seen, errors)
+    slots_ok = "slots" in raw and _positive_number(raw["slots"], f"{where}.slots", errors, integer=True)
+    if "slots" not in raw:
+        errors.append(f"{where}.slots: required field missing")
+    price, price_ok = _node_price(raw, where, data, default_ok, errors)
+    return NodeSpec(name, raw["slots"], float(price)) if slots_ok and price_ok and name is not None else None
+
+
+def _node_name(name, where: str, seen: set[str], errors: list[str]) -> str | None:
+    """The node's name when it is a valid one (a duplicate is a problem, but still its name); else None."""
+    if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+        errors.append(f"{where}.name: required, letters, digits, '.', '_' or '-'")
+        return None
+    if name in seen:
+        errors.append(f"{where}.name: duplicate node name '{name}'")
+    else:
+        seen.add(name)
+    return name
+
+
+def _node_price(raw: dict, where: str, data: dict, default_ok: bool, errors: list[str]) -> tuple[object, bool]:
+    """A node's price and whether it is valid: its own, else the top level's (whose problem is reported once,
+    by parse_cluster); (None, False) when neither is given (reported once for all such nodes, by _parse_nodes)."""
+    if "price_per_slot_s" in raw:
+        price = raw["price_per_slot_s"]
+        return price, _positive_number(price, f"{where}.price_per_slot_s", errors, integer=False)
+    if "price_per_slot_s" in data:
+        return data["price_per_slot_s"], default_ok
+    return None, False
+
+
+def _scheduler_problems(scheduler, source: str) -> list[str]:
+    """The problem of a `scheduler` that names no profile of scheduler_fork; none when it is not given."""
+    if scheduler is None:
+        return []
+    from scheduler_fork import PROFILES
+
+    if isinstance(scheduler, str) and scheduler in PROFILES:
+        return []
+    return [f"{source}: scheduler: unknown profile {short(scheduler)}; known: {', '.join(sorted(PROFILES))}"]
+
+
+def _name_problems(name, source: str) -> list[str]:
+    """The problem of a cluster name that is not 1-MAX_NAME_CHARS printable characters."""
+    if not isinstance(name, str):
+        return [f"{source}: name: expected a string"]
+    if not name.strip() or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        return [f"{source}: name: must be 1-{MAX_NAME_CHARS} printable characters, got {short(name)}"]
+    return []
 
 
 def load_cluster(path: str | Path | None) -> ClusterSpec:
