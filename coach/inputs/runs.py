@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -256,6 +256,12 @@ def check_summary(summary: Any) -> tuple[str, str] | None:
 # --------------------------------------------------------------------------- run.json
 
 
+#: Fields run.json must have.
+_MANIFEST_REQUIRED = ("jobs", "cluster", "scheduler", "placement_timeout_s")
+#: Longest placement timeout a manifest may give, in seconds (a week).
+_MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600
+
+
 def check_run_manifest(manifest: Any, shown: str, *, schedulers: Collection[str], policies: Collection[str],
                        platforms: Collection[str], placements: Collection[str]) -> list[str]:
     """Every problem of a run's manifest (run.json), one `SHOWN: FIELD: what is wrong` line each.
@@ -266,69 +272,85 @@ def check_run_manifest(manifest: Any, shown: str, *, schedulers: Collection[str]
     """
     if not isinstance(manifest, dict):
         return [f"{shown}: (file): not a Coach run manifest (expected a JSON object, got {type(manifest).__name__})"]
-    lines: list[str] = []
-
-    def problem(key: str, message: str) -> None:
-        lines.append(f"{shown}: {one_line(f'{key}: {message}')}")
-
-    for key in ("jobs", "cluster", "scheduler", "placement_timeout_s"):
-        if key not in manifest:
-            problem(key, "required field missing")
-    for key, known, default in (("scheduler", schedulers, None), ("policy", policies, "coach"),
-                                ("platform", platforms, "local"), ("placement", placements, "scheduler_fork")):
-        value = manifest.get(key, default)
-        if key in manifest and (not isinstance(value, str) or value not in known):
-            problem(key, f"unknown {key} {describe(value)}; known: {', '.join(sorted(known))}")
-    if "placement_timeout_s" in manifest:
-        _, wrong = Bound(False, 0.0, 7 * 24 * 3600, low_exclusive=True).check(manifest["placement_timeout_s"])
-        if wrong is not None:
-            problem("placement_timeout_s", wrong)
-    for key in ("run_id", "started"):
-        if key in manifest and not isinstance(manifest[key], str):
-            problem(key, f"expected a string, got {describe(manifest[key])}")
-
-    cluster = manifest.get("cluster")
+    known = {"scheduler": schedulers, "policy": policies, "platform": platforms, "placement": placements}
+    lines = [_manifest_line(shown, key, message) for key, message in _settings_problems(manifest, known)]
     if "cluster" in manifest:
-        if not isinstance(cluster, dict):
-            problem("cluster", f"expected a mapping, got {describe(cluster)}")
-        else:
-            marker = "\0cluster"
-            try:
-                parse_cluster({k: v for k, v in cluster.items() if k != "source"}, marker)
-                if "name" not in cluster:
-                    problem("cluster.name", "required field missing")
-            except ClusterFileError as error:
-                lines.extend(line.replace(f"{marker}: ", f"{shown}: cluster.", 1) for line in error.lines)
-
-    jobs = manifest.get("jobs")
-    if "jobs" in manifest and (not isinstance(jobs, list) or not jobs):
-        problem("jobs", f"expected a non-empty list of jobs, got {describe(jobs)}")
-    elif isinstance(jobs, list):
-        names: set[str] = set()
-        for i, job in enumerate(jobs):
-            where = f"jobs[{i}]"
-            if not isinstance(job, dict):
-                problem(where, f"expected a mapping, got {describe(job)}")
-                continue
-            for key in ("source", "model_path"):
-                if (wrong := _path(job.get(key))) is not None:
-                    problem(f"{where}.{key}", wrong)
-            if not isinstance(job.get("model_path"), str) or "\0" in job.get("model_path", ""):
-                continue
-            data = {("model" if key == "model_path" else key): value for key, value in job.items()
-                    if key != "source" and key != "model"}
-            unknown = [key for key in data if key not in JOB_FIELDS]
-            for key in unknown:
-                problem(f"{where}.{field_name(key)}", "unknown field")
-            checked = check_job({k: v for k, v in data.items() if k not in unknown}, "job", "/")
-            for line in checked.lines:
-                text = line.removeprefix("job: ")
-                if text.startswith("model: file not found: "):
-                    continue  # resume looks for a moved run folder's files itself
-                text = text.replace("model:", "model_path:", 1) if text.startswith("model:") else text
-                lines.append(f"{shown}: {where}.{text}")
-            if checked.name is not None:
-                if checked.name in names:
-                    problem(f"{where}.name", f"duplicate job name {checked.name!r}")
-                names.add(checked.name)
+        lines += _manifest_cluster_lines(manifest["cluster"], shown)
+    if "jobs" in manifest:
+        lines += _manifest_jobs_lines(manifest["jobs"], shown)
     return lines
+
+
+def _manifest_line(shown: str, key: str, message: str) -> str:
+    return f"{shown}: {one_line(f'{key}: {message}')}"
+
+
+def _settings_problems(manifest: dict, known: Mapping[str, Collection[str]]) -> list[tuple[str, str]]:
+    """(field, what is wrong) for the run's settings: required fields, names this Coach does not know (`known`:
+    field -> its names), the placement timeout's bounds, and the strings run_id and started."""
+    problems = [(key, "required field missing") for key in _MANIFEST_REQUIRED if key not in manifest]
+    for key, names in known.items():
+        value = manifest.get(key)
+        if key in manifest and (not isinstance(value, str) or value not in names):
+            problems.append((key, f"unknown {key} {describe(value)}; known: {', '.join(sorted(names))}"))
+    if "placement_timeout_s" in manifest:
+        bound = Bound(False, 0.0, _MAX_PLACEMENT_TIMEOUT_S, low_exclusive=True)
+        _, wrong = bound.check(manifest["placement_timeout_s"])
+        if wrong is not None:
+            problems.append(("placement_timeout_s", wrong))
+    problems += [(key, f"expected a string, got {describe(manifest[key])}") for key in ("run_id", "started")
+                 if key in manifest and not isinstance(manifest[key], str)]
+    return problems
+
+
+def _manifest_cluster_lines(cluster: Any, shown: str) -> list[str]:
+    """The manifest's cluster checked as a cluster file is, and its name required (a file's defaults to its own)."""
+    if not isinstance(cluster, dict):
+        return [_manifest_line(shown, "cluster", f"expected a mapping, got {describe(cluster)}")]
+    marker = "\0cluster"
+    try:
+        parse_cluster({k: v for k, v in cluster.items() if k != "source"}, marker)
+    except ClusterFileError as error:
+        return [line.replace(f"{marker}: ", f"{shown}: cluster.", 1) for line in error.lines]
+    return [] if "name" in cluster else [_manifest_line(shown, "cluster.name", "required field missing")]
+
+
+def _manifest_jobs_lines(jobs: Any, shown: str) -> list[str]:
+    """The problems of the manifest's jobs, each checked as a job file is, and of their names together."""
+    if not isinstance(jobs, list) or not jobs:
+        return [_manifest_line(shown, "jobs", f"expected a non-empty list of jobs, got {describe(jobs)}")]
+    lines: list[str] = []
+    names: set[str] = set()
+    for i, job in enumerate(jobs):
+        lines += _manifest_job_lines(job, f"jobs[{i}]", shown, names)
+    return lines
+
+
+def _manifest_job_lines(job: Any, where: str, shown: str, names: set[str]) -> list[str]:
+    """One job of a manifest checked as a job file is (its `model_path` is a job file's `model`); its valid name
+    joins `names`, where a name seen before is a problem."""
+    if not isinstance(job, dict):
+        return [_manifest_line(shown, where, f"expected a mapping, got {describe(job)}")]
+    lines = [_manifest_line(shown, f"{where}.{key}", wrong) for key in ("source", "model_path")
+             if (wrong := _path(job.get(key))) is not None]
+    if _path(job.get("model_path")) is not None:
+        return lines
+    data = {("model" if key == "model_path" else key): value for key, value in job.items()
+            if key != "source" and key != "model"}
+    unknown = [key for key in data if key not in JOB_FIELDS]
+    lines += [_manifest_line(shown, f"{where}.{field_name(key)}", "unknown field") for key in unknown]
+    checked = check_job({k: v for k, v in data.items() if k not in unknown}, "job", "/")
+    lines += [f"{shown}: {where}.{text}" for text in _as_manifest_job(checked.lines)]
+    if checked.name is not None:
+        if checked.name in names:
+            lines.append(_manifest_line(shown, f"{where}.name", f"duplicate job name {checked.name!r}"))
+        names.add(checked.name)
+    return lines
+
+
+def _as_manifest_job(job_lines: Sequence[str]) -> list[str]:
+    """check_job's lines for a manifest's job, reworded: `model_path` for `model`, and no missing model file
+    (resume looks for a moved run folder's files itself)."""
+    texts = [line.removeprefix("job: ") for line in job_lines]
+    return [text.replace("model:", "model_path:", 1) if text.startswith("model:") else text for text in texts
+            if not text.startswith("model: file not found: ")]
