@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coach.app.simulate import simulate_jobs  # noqa: E402
+from coach.app.virtual_run import run_virtual  # noqa: E402
 from tests.unit.test_budget_cap import random_case  # noqa: E402  (the same random cases as the test)
 
 USEFUL = frozenset({"training", "calibration"})
@@ -32,8 +32,8 @@ def main() -> int:
     useful, lost, unspent, over = [], [], [], 0
     for seed in range(args.jobs):
         spec, cluster, model, policy = random_case(seed)
-        records = simulate_jobs([spec], cluster, policy=policy, models={"j": model},
-                                placement_timeout_s=1e9).records["j"]
+        records = run_virtual([spec], cluster, policy=policy, models={"j": model},
+                              placement_timeout_s=1e9).records["j"]
         spent_useful = sum(r["cost"] for r in records if r["phase"] in USEFUL)
         spent_lost = sum(r["cost"] for r in records if r["phase"] not in USEFUL)
         over += any(r["cumulative_cost"] > spec.budget for r in records)

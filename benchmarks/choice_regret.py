@@ -5,7 +5,7 @@ time at any counts it could afford (within its max_workers/max_servers and budge
 and ResNet-18.
 
 To be cheap and repeatable it drives the real lifecycle, the `coach` policy and scheduler_fork placement in
-virtual time (the pieces of coach.app.simulate.simulate_jobs) over epoch-time tables measured on this machine,
+virtual time (the pieces of coach.app.virtual_run.run_virtual) over epoch-time tables measured on this machine,
 with seeded measurement noise on every epoch (calibration mini-epochs too):
 - `lenet`: the fit-accuracy table of benchmarks/README.md (full LeNet epochs at ten (w, s), 2 cores);
 - every `--points` file written by `benchmarks/fit_accuracy.py measure` (e.g. benchmarks/data/
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from coach.app.compose import PLACEMENTS, Site  # noqa: E402
-from coach.app.simulate import START_S  # noqa: E402
+from coach.app.virtual_run import START_S  # noqa: E402
 from coach.domain.cluster import ClusterSpec, NodeSpec  # noqa: E402
 from coach.domain.contracts import EpochRequest  # noqa: E402
 from coach.domain.jobs import JobSpec  # noqa: E402
@@ -57,7 +57,7 @@ from coach.inputs.jobs import load_job  # noqa: E402
 from coach.lifecycle import events as ev  # noqa: E402
 from coach.lifecycle.job import JobLifecycle  # noqa: E402
 from coach.estimates.speed_forms import CHOSEN_FORM  # noqa: E402
-from coach.platforms.simulated import SimModel, SimulatedPlatform  # noqa: E402
+from coach.platforms.virtual import VirtualJobModel, VirtualPlatform  # noqa: E402
 from coach.policy.history import full_epoch_time_s  # noqa: E402
 from coach.policy.run_policy import ClusterView, CoachPolicy, Policy  # noqa: E402
 from coach.storage.checkpoints import MemoryCheckpointStore  # noqa: E402
@@ -100,8 +100,8 @@ class Table:
 
 
 @dataclass(frozen=True)
-class NoisyTableModel(SimModel):
-    """coach.platforms.simulated's SimModel with epoch times from a table, noisy per step and seeded."""
+class NoisyTableModel(VirtualJobModel):
+    """coach.platforms.virtual's VirtualJobModel with epoch times from a table, noisy per step and seeded."""
 
     table: Table | None = None
     seed: int = 0
@@ -122,7 +122,7 @@ class NoisyTableModel(SimModel):
         return self.table.fixed_s * self._factor() + self.compute_s(workers, servers, fraction)
 
 
-class NoisyPlatform(SimulatedPlatform):
+class NoisyPlatform(VirtualPlatform):
     """The simulated platform, telling each job's model which step it runs (so every epoch draws its noise)."""
 
     def invoke(self, ref, request, timeout_s):
@@ -132,7 +132,7 @@ class NoisyPlatform(SimulatedPlatform):
 
 
 def run_job(spec: JobSpec, table: Table, policy: Policy, seed: int, noise: float) -> list[dict]:
-    """One dynamic job alone in virtual time: its training log lines (as coach.app.simulate composes a run)."""
+    """One dynamic job alone in virtual time: its training log lines (as coach.app.virtual_run composes a run)."""
     store = MemoryCheckpointStore()
     model = NoisyTableModel(fixed_s=table.fixed_s, table=table, seed=seed, noise=noise)
     platform = NoisyPlatform(store, {spec.name: model})

@@ -27,7 +27,7 @@ from scipy import stats
 
 from coach.app.learn_counts import CountsTrainSettings, episode
 from coach.app.learned import Dl2RunPolicy
-from coach.app.simulate import simulate_jobs
+from coach.app.virtual_run import run_virtual
 from coach.policy.run_policy import CoachPolicy
 from coach.simulator.policies.dl2 import COUNTS_IMITATION_MODEL, COUNTS_MODEL
 
@@ -66,8 +66,8 @@ def main(argv=None) -> int:
         for name, make in POLICIES.items():
             run_dir = args.out / name / f"episode-{number:02d}"
             run_dir.mkdir(parents=True, exist_ok=True)
-            summary = simulate_jobs(ep.specs, ep.cluster, policy=name, models=ep.models, run_dir=run_dir,
-                                    run_id=f"{name}-{number:02d}", deciding=make()).summary
+            summary = run_virtual(ep.specs, ep.cluster, policy=name, models=ep.models, run_dir=run_dir,
+                                  run_id=f"{name}-{number:02d}", deciding=make()).summary
             jcts = [job["jct_s"] for job in summary["jobs"].values() if job.get("jct_s") is not None]
             figures[name]["jct_s"].append(statistics.fmean(jcts))
             figures[name]["makespan_s"].append(float(summary["makespan_s"]))

@@ -2,7 +2,7 @@
 
 Builds `--jobs` jobs of `--epochs` epochs each (target_loss 0 and an endless budget, so every job runs exactly
 max_epochs), with workers 1-3 and servers 1-2 drawn by a seeded RNG, and runs them together on a 64-slot
-cluster (16 nodes x 4 slots) through `coach.app.simulate.simulate_jobs`: the same lifecycles, run policy and
+cluster (16 nodes x 4 slots) through `coach.app.virtual_run.run_virtual`: the same lifecycles, run policy and
 scheduler_fork placement as `coach run`, over the simulated platform, nothing written. Jobs queue for slots
 as long as they must (the placement timeout is effectively off), so every job finishes.
 
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from coach.app.simulate import simulate_jobs
+from coach.app.virtual_run import run_virtual
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
 
@@ -57,7 +57,7 @@ def measure(policy: str, jobs: int, epochs: int, repeat: int, seed: int) -> dict
     walls, sim = [], None
     for _ in range(repeat):
         started = time.perf_counter()
-        sim = simulate_jobs(specs, CLUSTER, policy=policy, scheduler="gang", placement_timeout_s=NO_TIMEOUT_S)
+        sim = run_virtual(specs, CLUSTER, policy=policy, scheduler="gang", placement_timeout_s=NO_TIMEOUT_S)
         walls.append(time.perf_counter() - started)
     best = min(walls)
     outcomes = sim.summary["jobs"].values()

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from kubernetes import client
 
 from coach.placement.kube_connect import connect
-from coach.platforms.simulated import SimulatedPlatform
+from coach.platforms.virtual import VirtualPlatform
 
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -106,7 +106,7 @@ class FileMarks:
             Path(prefix + suffix).write_bytes(b"weights")
 
 
-class Scripted(SimulatedPlatform):
+class Scripted(VirtualPlatform):
     """A simulated platform that can stop the run at a step, or have its workers diverge at a step."""
 
     def __init__(self, stop: threading.Event | None = None, stop_at_step: int | None = None,

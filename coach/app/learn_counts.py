@@ -1,8 +1,8 @@
 """Training the DL2 network that decides Coach's own jobs (workers and servers), in virtual time.
 
 Episodes are runs of Coach's real lifecycle, `coach run`'s policy interface and scheduler_fork placement over the
-simulated platform (coach.app.simulate): a seeded mix of 4-10 dynamic jobs started together on a 24-slot cluster,
-each with its own speed surface (SimModel: a compute part that scales with workers at its own efficiency, and a
+simulated platform (coach.app.virtual_run): a seeded mix of 4-10 dynamic jobs started together on a 24-slot cluster,
+each with its own speed surface (VirtualJobModel: a compute part that scales with workers at its own efficiency, and a
 push/pull part that servers share, as Optimus's model has it), epochs and limits; about one job in four has a
 budget that does not cover every epoch.
 
@@ -34,10 +34,10 @@ from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
 from coach.app.learned import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
-from coach.app.simulate import START_S, simulate_jobs
+from coach.app.virtual_run import START_S, run_virtual
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimModel
+from coach.platforms.virtual import VirtualJobModel
 from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView
 from coach.simulator.learn_dl2 import (
     ProgressCallback,
@@ -116,7 +116,7 @@ class CountsReport:
 @dataclass(frozen=True)
 class Episode:
     specs: tuple[JobSpec, ...]
-    models: Mapping[str, SimModel]
+    models: Mapping[str, VirtualJobModel]
     cluster: ClusterSpec
 
 
@@ -129,10 +129,10 @@ def episode(settings: CountsTrainSettings, rng: np.random.Generator) -> Episode:
     for i in range(count):
         name = f"job-{i:02d}"
         compute_s = float(np.exp(rng.uniform(math.log(1.0), math.log(12.0))))
-        model = SimModel(fixed_s=float(rng.uniform(0.3, 0.6)), compute_s_one_worker=compute_s,
-                         worker_efficiency=float(rng.uniform(0.3, 0.95)),
-                         server_overhead_s=float(rng.uniform(0.02, 0.1)),
-                         server_comm_s=compute_s * float(rng.uniform(0.0, 0.8)))
+        model = VirtualJobModel(fixed_s=float(rng.uniform(0.3, 0.6)), compute_s_one_worker=compute_s,
+                                worker_efficiency=float(rng.uniform(0.3, 0.95)),
+                                server_overhead_s=float(rng.uniform(0.02, 0.1)),
+                                server_comm_s=compute_s * float(rng.uniform(0.0, 0.8)))
         epochs = int(rng.integers(4, 17))
         budget = 1e9
         if rng.random() < 0.25:  # money for part of the epochs at one worker and one server
@@ -253,8 +253,8 @@ class _Sampling(Dl2RunPolicy):
 
 def run_episode(ep: Episode, policy) -> dict:
     """One virtual-time run of the episode under `policy`; its summary."""
-    return simulate_jobs(ep.specs, ep.cluster, policy="dl2", models=ep.models, stop_at_s=EPISODE_LIMIT_S,
-                         deciding=policy).summary
+    return run_virtual(ep.specs, ep.cluster, policy="dl2", models=ep.models, stop_at_s=EPISODE_LIMIT_S,
+                       deciding=policy).summary
 
 
 def _end_s(summary: dict) -> float:

@@ -47,11 +47,11 @@ class Drive:
 
     @staticmethod
     def _virtual(specs, cluster, policy, scheduler, stop_after_s, run_dir: Path) -> Path:
-        from coach.app.simulate import simulate_jobs
+        from coach.app.virtual_run import run_virtual
 
         run_dir.mkdir(parents=True)
-        simulate_jobs(specs, cluster, policy=policy, scheduler=scheduler, placement_timeout_s=PLACEMENT_TIMEOUT_S,
-                      run_dir=run_dir, stop_at_s=stop_after_s)
+        run_virtual(specs, cluster, policy=policy, scheduler=scheduler, placement_timeout_s=PLACEMENT_TIMEOUT_S,
+                    run_dir=run_dir, stop_at_s=stop_after_s)
         return run_dir
 
     @staticmethod

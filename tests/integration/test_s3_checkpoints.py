@@ -22,7 +22,7 @@ import yaml
 from coach.app.run import resume_run, run_jobs
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimulatedPlatform
+from coach.platforms.virtual import VirtualPlatform
 from coach.storage.results import read_log
 from coach.storage.s3 import parse_s3_url
 from coach.ui.cli import main
@@ -118,7 +118,7 @@ class S3Marks:
             self.client.put_object(Bucket=where.bucket, Key=where.key + suffix, Body=b"weights")
 
 
-class Stopping(SimulatedPlatform):
+class Stopping(VirtualPlatform):
     """Sets `stop` while step `stop_at_step` runs (as Ctrl-C would); that step still completes."""
 
     def __init__(self, stop: threading.Event | None = None, stop_at_step: int | None = None):

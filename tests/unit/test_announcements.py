@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import coach.app.simulate as simulate
+import coach.app.virtual_run as virtual_run
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.contracts import AheadRequest, EpochRequest
 from coach.domain.invocation import ERROR, Failure
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimulatedPlatform
+from coach.platforms.virtual import VirtualPlatform
 from coach.policy.planning import CALIBRATION_POINTS
 
 
@@ -28,7 +28,7 @@ def dynamic(name: str = "lenet", **changes) -> JobSpec:
     return replace(spec, **changes)
 
 
-class Recording(SimulatedPlatform):
+class Recording(VirtualPlatform):
     """The simulated platform, keeping every epoch and ahead request in the order sent; `refuse`: ahead requests
     fail, as a function that is gone would."""
 
@@ -51,8 +51,8 @@ def run(monkeypatch, refuse: bool = False, spec: JobSpec | None = None):
         platforms.append(platform)
         return platform
 
-    monkeypatch.setattr(simulate, "SimulatedPlatform", make)
-    result = simulate.simulate_jobs([spec or dynamic()], DEFAULT_CLUSTER, policy="coach")
+    monkeypatch.setattr(virtual_run, "VirtualPlatform", make)
+    result = virtual_run.run_virtual([spec or dynamic()], DEFAULT_CLUSTER, policy="coach")
     return result, platforms[0].sent
 
 

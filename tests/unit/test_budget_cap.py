@@ -7,15 +7,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from coach.app.simulate import simulate_jobs
+from coach.app.virtual_run import run_virtual
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimModel
+from coach.platforms.virtual import VirtualJobModel
 
 MODEL = Path(__file__).resolve().parents[2] / "jobs" / "models" / "lenet.py"  # never loaded: epochs are computed
 
 
-def random_case(seed: int) -> tuple[JobSpec, ClusterSpec, SimModel, str]:
+def random_case(seed: int) -> tuple[JobSpec, ClusterSpec, VirtualJobModel, str]:
     rng = random.Random(seed)
     price = rng.choice([1e-4, 1e-3, 1e-2])
     cluster = ClusterSpec("c", tuple(NodeSpec(f"n{i}", 4, price * rng.uniform(0.5, 2.0)) for i in range(3)))
@@ -26,8 +26,8 @@ def random_case(seed: int) -> tuple[JobSpec, ClusterSpec, SimModel, str]:
                    servers=None if dynamic else rng.randint(1, 2), max_workers=3 if dynamic else None,
                    max_servers=2 if dynamic else None, seed=seed, epoch_timeout_s=600.0)
     # epochs whose time the last one does not predict: fixed parts, speeds and scaling all drawn at random
-    model = SimModel(fixed_s=rng.uniform(0.3, 2.0), compute_s_one_worker=rng.uniform(0.5, 20.0),
-                     worker_efficiency=rng.uniform(0.2, 1.0), server_overhead_s=rng.uniform(0.0, 0.5))
+    model = VirtualJobModel(fixed_s=rng.uniform(0.3, 2.0), compute_s_one_worker=rng.uniform(0.5, 20.0),
+                            worker_efficiency=rng.uniform(0.2, 1.0), server_overhead_s=rng.uniform(0.0, 0.5))
     return spec, cluster, model, "coach" if dynamic else "static"
 
 
@@ -35,7 +35,7 @@ def test_no_line_of_any_log_spends_more_than_its_budget_over_50_random_jobs():
     stopped_by_budget = partial = 0
     for seed in range(50):
         spec, cluster, model, policy = random_case(seed)
-        sim = simulate_jobs([spec], cluster, policy=policy, models={"j": model}, placement_timeout_s=1e9)
+        sim = run_virtual([spec], cluster, policy=policy, models={"j": model}, placement_timeout_s=1e9)
         records = sim.records["j"]
         assert records, seed
         for record in records:

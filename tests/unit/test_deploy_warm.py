@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import coach.app.simulate as simulate
+import coach.app.virtual_run as virtual_run
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.contracts import SCHEMA
 from coach.domain.invocation import Reply
 from coach.domain.jobs import JobSpec
 from coach.drivers.core import _told_train_samples
-from coach.platforms.simulated import SimModel
+from coach.platforms.virtual import VirtualJobModel
 from coach.policy.planning import calibration_fraction
 
 
@@ -35,8 +35,8 @@ def test_a_simulated_dynamic_jobs_first_calibration_step_trains_whole_batches_of
                    max_epochs=2, budget=10.0, workers=None, servers=None, max_workers=None, max_servers=None, seed=0,
                    epoch_timeout_s=60.0)
     spec = replace(spec, calibration_fraction=0.01)  # 50 of 5000 samples: less than one batch of 64
-    sim = simulate.simulate_jobs([spec], DEFAULT_CLUSTER, policy="coach")
+    sim = virtual_run.run_virtual([spec], DEFAULT_CLUSTER, policy="coach")
 
     first = next(r for r in sim.records["a"] if r["phase"] == "calibration")
     assert (first["workers"], first["calibration_step"]) == (1, 1)
-    assert first["data_fraction"] == calibration_fraction(0.01, 1, 64, SimModel().samples) == 255 / 5000
+    assert first["data_fraction"] == calibration_fraction(0.01, 1, 64, VirtualJobModel().samples) == 255 / 5000

@@ -183,10 +183,10 @@ def test_coach_explains_a_step_that_slots_freed_by_settling_could_have_taken():
     import json as json_
 
     from coach.app.learn_counts import CountsTrainSettings, episode
-    from coach.app.simulate import simulate_jobs
+    from coach.app.virtual_run import run_virtual
 
     ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 6]))
-    sim = simulate_jobs(ep.specs, ep.cluster, policy="coach", models=ep.models)
+    sim = run_virtual(ep.specs, ep.cluster, policy="coach", models=ep.models)
 
     reasons = [r["decision"] for recs in sim.records.values() for r in recs
                if "while the jobs grew" in json_.dumps(r.get("decision", {}))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import coach.app.simulate as simulate
+import coach.app.virtual_run as virtual_run
 from coach.domain.cluster import DEFAULT_CLUSTER
 from coach.domain.jobs import JobSpec
 from coach.storage.results import MemorySink
@@ -27,9 +27,9 @@ class RefusingSink(MemorySink):
 
 
 def test_a_sink_failing_one_job_stops_it_as_an_internal_error_and_the_other_job_finishes(monkeypatch):
-    monkeypatch.setattr(simulate, "MemorySink", RefusingSink)
+    monkeypatch.setattr(virtual_run, "MemorySink", RefusingSink)
 
-    sim = simulate.simulate_jobs([spec("a"), spec("b")], DEFAULT_CLUSTER, policy="static")
+    sim = virtual_run.run_virtual([spec("a"), spec("b")], DEFAULT_CLUSTER, policy="static")
 
     a, b = sim.summary["jobs"]["a"], sim.summary["jobs"]["b"]
     assert a["stop_reason"] == "failed: internal error: OSError: [Errno 28] No space left on device"

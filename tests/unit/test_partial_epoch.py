@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from coach.app.simulate import simulate_jobs
+from coach.app.virtual_run import run_virtual
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.contracts import ContractError, WorkerReply
 from coach.domain.deadlines import STOP_RESERVE_S, stop_reserve_s, training_stop_s
 from coach.domain.jobs import JobSpec
-from coach.platforms.simulated import SimModel
+from coach.platforms.virtual import VirtualJobModel
 from coach.policy.history import history_from_records
 from coach_functions.deadline import StopVote
 from tests.unit.test_budget_cap import MODEL
@@ -117,11 +117,11 @@ def static_job(budget: float) -> JobSpec:
 
 def test_a_budget_that_cuts_the_first_epoch_records_a_partial_epoch_then_stops_with_budget():
     cluster = ClusterSpec("c", (NodeSpec("n0", 4, 0.001),))
-    model = SimModel(fixed_s=0.4, compute_s_one_worker=8.0, worker_efficiency=1.0)  # a full epoch: 0.4 + 4 s
+    model = VirtualJobModel(fixed_s=0.4, compute_s_one_worker=8.0, worker_efficiency=1.0)  # a full epoch: 0.4 + 4 s
     # 4 slots at 0.001: 0.01 pays 2.5 s, so the deadline is 2.5 x 0.9 - 0.5 = 1.75 s; the loop runs from 0.2 s to
     # 1.75 - 0.5 = 1.25 s: 1.05 s of 4 s, whole batches of 64 of the 2,500 samples a worker trains
-    records = simulate_jobs([static_job(0.01)], cluster, policy="static", models={"j": model},
-                            placement_timeout_s=1e9).records["j"]
+    records = run_virtual([static_job(0.01)], cluster, policy="static", models={"j": model},
+                          placement_timeout_s=1e9).records["j"]
 
     first = records[0]
     assert (first["phase"], first["epoch"], first["stopped_early"]) == ("training", 1, True)
@@ -136,9 +136,9 @@ def test_a_budget_that_cuts_the_first_epoch_records_a_partial_epoch_then_stops_w
 
 def test_an_epoch_timeout_shorter_than_an_epoch_makes_every_epoch_partial_and_the_job_still_progresses():
     cluster = ClusterSpec("c", (NodeSpec("n0", 4, 0.001),))
-    model = SimModel(fixed_s=0.4, compute_s_one_worker=8.0, worker_efficiency=1.0)  # a full epoch: 4.4 s
+    model = VirtualJobModel(fixed_s=0.4, compute_s_one_worker=8.0, worker_efficiency=1.0)  # a full epoch: 4.4 s
     spec = replace(static_job(10.0), epoch_timeout_s=2.0)  # the loop runs from 0.2 s to 1.5 s of every epoch
-    records = simulate_jobs([spec], cluster, policy="static", models={"j": model}, placement_timeout_s=1e9).records["j"]
+    records = run_virtual([spec], cluster, policy="static", models={"j": model}, placement_timeout_s=1e9).records["j"]
 
     assert [r["phase"] for r in records] == ["training"] * 5
     assert all(r["stopped_early"] and r["epoch_fraction"] == 768 / 2500 for r in records)  # 12 batches of 64
@@ -153,9 +153,9 @@ def test_an_epoch_that_trained_nothing_before_its_money_ran_out_is_charged_and_e
     cluster = ClusterSpec("c", (NodeSpec("n0", 4, 0.001),))
     # deadline 1.75 s again; the set-up takes 0.55 s and the reserve twice that, so the loop may run 0.1 s: less
     # than one batch of 64 (0.1 s per 62.5 samples)
-    model = SimModel(fixed_s=1.1, compute_s_one_worker=8.0, worker_efficiency=1.0)
-    records = simulate_jobs([static_job(0.01)], cluster, policy="static", models={"j": model},
-                            placement_timeout_s=1e9).records["j"]
+    model = VirtualJobModel(fixed_s=1.1, compute_s_one_worker=8.0, worker_efficiency=1.0)
+    records = run_virtual([static_job(0.01)], cluster, policy="static", models={"j": model},
+                          placement_timeout_s=1e9).records["j"]
 
     assert [r["phase"] for r in records] == ["retry", "stopped"]
     assert records[0]["error"] == "j-worker: timeout: the deadline of this attempt came before its first training step"

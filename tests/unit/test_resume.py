@@ -1,7 +1,7 @@
 """coach.app.run over a simulated platform that writes real checkpoint files: interrupts, resumes, lost logs,
 moved run folders, diverged training and closed outputs, end to end through the live driver, in seconds.
 
-The platform answers at once (durations from coach.platforms.simulated's speed model); rank 0 "saves" a
+The platform answers at once (durations from coach.platforms.virtual's speed model); rank 0 "saves" a
 checkpoint by writing both of its files, so the file checkpoint store of a real run sees it complete.
 """
 

@@ -22,7 +22,7 @@ from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
 from coach.app.learned import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView, Policy
-from coach.platforms.simulated import SimModel, SimulatedPlatform
+from coach.platforms.virtual import VirtualJobModel, VirtualPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic
 from coach.views.terminal import QuietView
@@ -31,23 +31,23 @@ START_S = 1_700_000_000.0  # a fixed simulated start, so that two runs of the sa
 
 
 @dataclass
-class Simulation:
+class VirtualRun:
     summary: dict  # what summary.json holds
     records: Mapping[str, list[dict]] = field(default_factory=dict)  # job -> its log lines (in-memory runs)
     events: int = 0  # events the driver delivered
-    platform: SimulatedPlatform | None = None
+    platform: VirtualPlatform | None = None
 
 
-def simulate_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = DEFAULT_POLICY,
-                  scheduler: str = "gang", models: Mapping[str, SimModel] | None = None,
-                  fail: frozenset[tuple[str, int, int]] = frozenset(), placement_timeout_s: float = 30.0,
-                  run_dir: Path | None = None, run_id: str = "simulated",
-                  stop_at_s: float | None = None, deciding: Policy | None = None) -> Simulation:
+def run_virtual(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = DEFAULT_POLICY,
+                scheduler: str = "gang", models: Mapping[str, VirtualJobModel] | None = None,
+                fail: frozenset[tuple[str, int, int]] = frozenset(), placement_timeout_s: float = 30.0,
+                run_dir: Path | None = None, run_id: str = "simulated",
+                stop_at_s: float | None = None, deciding: Policy | None = None) -> VirtualRun:
     """Every job from START_S in virtual time; `stop_at_s` (seconds after the start) sends a stop to all.
     `deciding`: a policy object instead of the registry's `policy` (one being trained; `policy` still names it in
     the summary)."""
     store = MemoryCheckpointStore()
-    platform = SimulatedPlatform(store, dict(models or {}), fail)
+    platform = VirtualPlatform(store, dict(models or {}), fail)
     sinks = ({spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec in specs} if run_dir
              else {spec.name: MemorySink() for spec in specs})
     chosen = deciding if deciding is not None else POLICIES[policy]
@@ -71,4 +71,4 @@ def simulate_jobs(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = 
     if run_dir:
         write_json_atomic(run_dir / "summary.json", summary)
     records = {} if run_dir else {name: sink.records for name, sink in sinks.items()}
-    return Simulation(summary, records, driver.events, platform)
+    return VirtualRun(summary, records, driver.events, platform)

@@ -27,7 +27,7 @@ class SavedMarks(Protocol):
 
 
 @dataclass(frozen=True)
-class SimModel:
+class VirtualJobModel:
     """How one simulated job trains: speed surface (full epochs/s) and loss after k steps."""
 
     samples: int = 5000  # training samples of a full epoch
@@ -69,11 +69,11 @@ class SimModel:
 
 
 @dataclass
-class SimulatedPlatform:
+class VirtualPlatform:
     """Deploys are instant; an epoch takes the model's time; failures are injected by (job, step, attempt)."""
 
     store: SavedMarks
-    models: Mapping[str, SimModel] = field(default_factory=dict)  # job -> its model (default: SimModel())
+    models: Mapping[str, VirtualJobModel] = field(default_factory=dict)  # job -> its model (default: VirtualJobModel())
     fail: frozenset[tuple[str, int, int]] = frozenset()  # (job, step, attempt) whose epoch fails
     deploy_s: float = 0.0  # simulated time a deploy takes
     removed: list[str] = field(default_factory=list)  # names of removed functions, for tests
@@ -88,12 +88,12 @@ class SimulatedPlatform:
         if ref.fid not in self._live:
             return Failure(ref.name, "unreachable", "function was removed")
         if isinstance(request, WarmRequest):  # a worker tells its training set's size, as the runtime's do
-            model = self.models.get(ref.fid.job, SimModel())
+            model = self.models.get(ref.fid.job, VirtualJobModel())
             told = WarmReply(model.samples if ref.fid.role == Role.WORKER else None)
             return Reply(ref.name, {**told.to_dict(), "role": ref.role}, self.deploy_s)
         if isinstance(request, AheadRequest):  # nothing joins here: an announcement costs nothing
             return Reply(ref.name, {"ahead": True, "role": ref.role}, 0.0)
-        model = self.models.get(ref.fid.job, SimModel())
+        model = self.models.get(ref.fid.job, VirtualJobModel())
         ps = request.ps
         wall_s, done = model.run_s(ps.num_workers, ps.num_servers, request.data_fraction, request.deadline_s)
         if done < 1.0:  # the loop trains whole batches: it stopped after the last one it finished
@@ -109,7 +109,7 @@ class SimulatedPlatform:
             return Reply(ref.name, {"role": ref.role, "compute_s": wall_s}, wall_s)
         return Reply(ref.name, self._worker_reply(ref.fid, request, model, done), wall_s)
 
-    def _worker_reply(self, fid: FunctionId, request: EpochRequest, model: SimModel, done: float) -> dict:
+    def _worker_reply(self, fid: FunctionId, request: EpochRequest, model: VirtualJobModel, done: float) -> dict:
         """Rank 0 saves unless it trained nothing; a cut epoch trains whole batches only."""
         workers = request.ps.num_workers
         shard = self._shard(model, request)
@@ -126,7 +126,7 @@ class SimulatedPlatform:
         return {**reply.to_dict(), "role": "worker"}
 
     @staticmethod
-    def _shard(model: SimModel, request: EpochRequest) -> int:
+    def _shard(model: VirtualJobModel, request: EpochRequest) -> int:
         """Samples each worker's whole pass trains."""
         return max(int(math.ceil(model.samples * request.data_fraction)) // request.ps.num_workers, 1)
 
