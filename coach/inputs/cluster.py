@@ -27,7 +27,7 @@ NODE_FIELDS = {"name", "slots", "price_per_slot_s"}
 MAX_NODES = 100_000
 #: Longest cluster name (it is a label in logs and summaries).
 MAX_NAME_CHARS = 128
-#: Every number of a cluster file and its bounds (README's Cluster files section lists them).
+#: Every number of a cluster file and its bounds (docs/job-files.md, "Cluster files", lists them).
 CLUSTER_BOUNDS: dict[str, Bound] = {
     "slots": Bound(True, 1, 100_000),  # per node
     "price_per_slot_s": Bound(False, 0.0, 1e6),  # money per slot-second, top-level or per node

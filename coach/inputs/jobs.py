@@ -84,7 +84,7 @@ _NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
 MAX_FUNCTIONS_PER_ROLE = 1024
 #: Largest amount of money (a job's budget, `coach plan --budget-left`): finite, and far beyond any real job.
 MAX_MONEY = 1e12
-#: Every numeric field of a job file and its bounds, checked at validation (README's Job files table lists them).
+#: Every numeric field of a job file and its bounds, checked at validation (docs/job-files.md, "Job files", lists them).
 #: `consecutive` is also at most `max_epochs`, and `workers`/`servers` at most `max_workers`/`max_servers`.
 JOB_BOUNDS: dict[str, Bound] = {
     "batch_size": Bound(True, 1, 1_000_000),

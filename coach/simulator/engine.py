@@ -27,7 +27,7 @@ from coach.simulator.policies.common import check_grants
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, Policy
 from coach.simulator.workloads import SimJob
 
-RESTART_S = 30.0  # a (re)started job's replicas load the checkpoint before training (see the README's sources)
+RESTART_S = 30.0  # a (re)started job's replicas load the checkpoint before training (the Pollux artifact's cost)
 PLACEMENT_TIMEOUT_S = 30.0  # Coach's lifecycle: a job without its quorum this long gives its pods back
 INTEGRAL_POINTS = 9  # samples of 1/goodput over the remaining progress of a fixed allocation
 
