@@ -8,15 +8,15 @@ PS scheduler end, the replies) still fits, and replies with the part of the epoc
 
 from __future__ import annotations
 
-#: The least time kept free after the training loop. Measured on this 2-core machine, quiet, for LeNet with 2
-#: workers and 1 server (benchmarks/coach_epoch_profile.py, benchmarks/README.md): from the loop's end to the last
-#: function's reply about 0.25 s (validation 0.10-0.13 s on 1,000 digits, save 0.005 s, kvstore teardown 0.09 s,
-#: child exit and HTTP reply 0.02 s); benchmarks/partial_epoch.py measures the slack left at real cuts.
+#: The least time kept free after the training loop. On a quiet 2-core machine, for LeNet with 2 workers and 1
+#: server, what follows the loop (validation, most of it, then the save, the kvstore teardown, the child's exit and
+#: the HTTP reply) takes about half of this (benchmarks/coach_epoch_profile.py shows the parts);
+#: benchmarks/partial_epoch.py measures the slack left at real cuts.
 STOP_RESERVE_S = 0.5
 #: ... or this many times the epoch's own set-up (fork to the first step: ps-lite rendezvous, model build,
 #: checkpoint load, broadcast), whichever is longer. The teardown is the same kind of ps-lite work as the set-up
-#: and slows down with it when the machine is loaded: set-up 0.85 s with teardowns of 0.5-1.6 s were measured
-#: with other jobs running on both cores, against 0.2-0.3 s and 0.09 s quiet.
+#: and slows down with it when the machine is loaded: with other jobs running on both cores, teardowns up to
+#: about twice the set-up were seen, where on a quiet machine they are well below it.
 SETUP_MULTIPLE = 2.0
 
 

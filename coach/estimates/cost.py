@@ -35,8 +35,9 @@ def cost_from_speed(epochs_per_s: float, workers: int, servers: int, price_per_s
     return slots_for(workers, servers) / epochs_per_s * price_per_slot_s
 
 
-#: The shortest epoch seen on this machine: the fixed part alone (ps-lite rendezvous and teardown, model build,
-#: checkpoint, validation) measured 0.30-0.38 s per epoch (benchmarks/README.md). No epoch costs less.
+#: The shortest epoch: the fixed part alone (ps-lite rendezvous and teardown, model build, checkpoint,
+#: validation), which benchmarks/epoch_overhead.py measures (benchmarks/results.md), takes no less. No epoch costs
+#: less.
 MIN_EPOCH_S = 0.3
 
 

@@ -2,8 +2,8 @@
 
 Every form turns the same observations (full epochs per second at (workers, servers)) into a fitted model with
 `epochs_per_s(w, s)`, `epoch_time_s(w, s)` and `to_dict()`. `FORMS` names them; `CHOSEN_FORM` is the one the
-policy uses (`fit_chosen`), chosen by benchmarks/fit_accuracy.py on measured LeNet and ResNet-18 epochs (the
-comparison is in benchmarks/README.md).
+policy uses (`fit_chosen`), chosen by benchmarks/fit_accuracy.py on measured LeNet and ResNet-18 epochs (its
+current figures are in benchmarks/results.md).
 
 The forms:
 - `quadratic`: the thesis's concave quadratic in speed, coach.estimates.speed.fit_speed.
@@ -215,8 +215,8 @@ FORMS: Mapping[str, SpeedForm] = {
     "levels": SpeedForm("levels", "log t additive per level, interpolated, flat beyond", fit_levels),
 }
 
-#: The form the policy fits: the only one within 10% of held-out LeNet and ResNet-18 epochs, fitted on calibration
-#: only, in every measurement of 2026-11-26 but one in which every form was off by 27% or more (benchmarks/README.md).
+#: The form the policy fits: the only one within 10% of held-out LeNet and ResNet-18 epochs when fitted on
+#: calibration only (benchmarks/fit_accuracy.py; the figures are in benchmarks/results.md).
 CHOSEN_FORM = "levels"
 
 

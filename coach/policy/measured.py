@@ -1,7 +1,7 @@
 """Measured beats predicted: the speed a job's policy uses where the job has run full epochs. Pure.
 
-Why it exists: the fit extrapolates from a few calibration mini-epochs and can be wrong by 15-20% (on two cores it
-predicted a third LeNet worker faster; measured, it was 12% slower). A job that has run full epochs at some
+Why it exists: the fit extrapolates from a few calibration mini-epochs and can be well off (on two cores it can
+predict a third LeNet worker faster than two when it is slower). A job that has run full epochs at some
 (workers, servers) knows better than any fit how fast those counts are, so `MeasuredOrFitted` answers with the
 job's own measurement there and asks the fit only about counts it has not run.
 
@@ -145,10 +145,10 @@ def current_counts(history: History) -> tuple[int, int] | None:
     return (epochs[-1].workers, epochs[-1].servers) if epochs else None
 
 
-#: The probe margin's floor and ceiling. Calibration mini-epochs overestimate full epochs by 8-29% even at the
-#: counts they sample (benchmarks/README.md, "Which speed model"), so a fit from them alone can put a faster
-#: neighbour up to about 20% slower (a LeNet (2,2): 17%); with a floor of 5% half of the jobs over that table never
-#: tried it (choice regret 3.9% against 0.2-0.3% with 20%, benchmarks/choice_regret.py).
+#: The probe margin's floor and ceiling. Calibration mini-epochs overestimate full epochs even at the counts they
+#: sample (the noise floor of benchmarks/fit_accuracy.py), so a fit from them alone can predict a faster neighbour
+#: as much as a fifth slower; with a much lower floor, many jobs of benchmarks/choice_regret.py never tried such a
+#: neighbour and settled on slower counts.
 MIN_PROBE_MARGIN = 0.2
 MAX_PROBE_MARGIN = 0.3
 

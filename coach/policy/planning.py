@@ -21,15 +21,15 @@ from coach.policy.measured import current_counts, measured_or_fitted, probe_marg
 
 #: Calibration varies workers and servers independently (Optimus sampled only w = s, which leaves the surface
 #: unidentifiable), then samples a third worker at (3, 1): `levels` holds every effect flat beyond the counts it saw,
-#: and on a node with fewer cores than workers a third worker is slower, not faster (ResNet-18 on two cores: 5-35%
-#: slower than two; benchmarks/README.md). The points need the functions of (3, 2); `calibration_within` keeps the
+#: and on a node with fewer cores than workers a third worker is slower, not faster (ResNet-18 on two cores runs
+#: slower at three workers than at two). The points need the functions of (3, 2); `calibration_within` keeps the
 #: first ones that fit a job's limits and the cluster.
 CALIBRATION_POINTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1))
 
 
 #: A calibration mini-epoch trains at least this many batches on every worker (or all the data): with one batch
 #: its time is the cold first step's alone and no warm-up can be told apart. ResNet-18 on 1,000 digits at batch
-#: 128 trained one step per worker at (2, *) on a quarter of the data, and its fit missed by 34% (benchmarks/README.md).
+#: 128 would train one step per worker at (2, *) on a quarter of the data, and a fit from such mini-epochs is far off.
 CALIBRATION_MIN_STEPS = 4
 
 
