@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-import boto3  # imported once by the warm host, not in every epoch child (about 0.1-0.5 s each time)
+import boto3  # imported once by the warm host, not in every epoch child (a slow import)
 from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config

@@ -28,13 +28,14 @@ from typing import Callable
 
 #: The vote's kvstore key: above any parameter index Gluon's Trainer uses (0 .. parameters - 1).
 STOP_KEY = 1 << 30
-#: Steps between two votes: one push, one pull and one blocking read per round. Voting after every step cost
-#: 4.6-7.5 ms per LeNet step (45.1 and 43.9 ms without, 52.6 and 48.5 with, benchmarks/partial_epoch.py on a busy
-#: machine); every 4th step: 39.4 and 44.4 ms against 43.0 and 41.5 ms without, lost in the noise.
+#: Steps between two votes: one push, one pull and one blocking read per round. Voting after every step made a
+#: LeNet step clearly slower; every 4th step, the cost is lost in the noise (benchmarks/partial_epoch.py, whose
+#: figure is in benchmarks/results.md).
 EVERY_STEPS = 4
 #: One validation batch (max(batch, 256) samples, a forward pass only) costs at most this many training steps:
-#: about one for LeNet at batch 64, 2.5 at batch 8, where a step is mostly fixed cost. Every worker keeps room for
-#: its slice of the validation in step-times it measured in this very epoch, which grow with the machine's load.
+#: about one for LeNet at batch 64, more at small batches, where a step is mostly fixed cost. Every worker keeps
+#: room for its slice of the validation in step-times it measured in this very epoch, which grow with the machine's
+#: load.
 VALIDATION_BATCH_STEPS = 2.0
 
 

@@ -333,7 +333,7 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
 def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
     """`run_in_child` for the role's own work (`epoch_work`), in the spare child when there is a current one.
 
-    Why a spare: forking a warm host (MXNet, the model's data) costs about 0.02 s, on the critical path of every
+    Why a spare: forking a warm host (MXNet, the model's data) costs tens of milliseconds, on the critical path of every
     epoch; the spare is forked while the previous epoch runs and only reads its request when it comes. It holds
     nothing of any epoch: it is the warm host as it was, like a child forked now, and maybe a ps-lite node at this
     request's rendezvous, joined ahead.
@@ -538,7 +538,7 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
 
 def _drop(spare: Spare) -> None:
     """End a spare that will get no request (not by closing its request pipe: a child forked since holds a copy of
-    that end, so the spare might never see EOF). Reaped meanwhile: unmapping a forked host takes 10-20 ms."""
+    that end, so the spare might never see EOF). Reaped meanwhile: unmapping a forked host takes milliseconds."""
     _kill(spare.pid)
     for fd in (spare.request_fd, spare.reply_fd):
         os.close(fd)
@@ -549,7 +549,7 @@ def _forked(host: HostState, parent_pid: int) -> None:
     """First steps of every child: set the host's objects aside from the collector, die with the host."""
     # The host's objects are this child's too: set them aside from the collector, whose full collections (the
     # kvstore's teardown, and any automatic one) would otherwise walk every one of them and copy the pages they
-    # sit on: 0.10 s per LeNet epoch (benchmarks/README.md), none of it needed.
+    # sit on: a visible share of a LeNet epoch, none of it needed.
     gc.freeze()
     host.lock = threading.Lock()  # another thread of the host may have held it at the fork: load_model takes it
     _die_with_parent()
@@ -614,7 +614,7 @@ def _await_reply(host: HostState, pid: int, read_fd: int, started: float, deadli
         reply = {}
     if isinstance(reply, dict) and reply and "error" not in reply:
         # a whole reply without error: the child wrote it last and only exits now. Answer at once and reap it
-        # meanwhile: unmapping a forked host's memory takes 10-20 ms, on every epoch's critical path
+        # meanwhile: unmapping a forked host's memory takes milliseconds, on every epoch's critical path
         threading.Thread(target=_reap, args=(host, pid), name=f"reap-{pid}", daemon=True).start()
         return 200, reply
     exit_code = _reap(host, pid)
@@ -835,7 +835,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThre
         net.initialize(mx.init.Xavier())
     if request.checkpoint_load and classes_known is not UNKNOWN:
         # the checkpoint gave every shape and the classes are known: no shape pass (an inference-mode forward,
-        # 0.02-0.03 s of every LeNet epoch's critical path on 2 cores), hence no layout to restore either
+        # on every epoch's critical path), hence no layout to restore either
         classes = classes_known
     else:
         # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
@@ -901,11 +901,11 @@ def _warmup_s(marks: dict[int, float], compute_s: float, steps: int) -> float | 
     epoch, so coach/policy/history.py does not scale it with the data. `marks` maps step counts (1, 2 and the last)
     to when that many steps were done (monotonic clock).
 
-    Why the second step counts: measured for LeNet on 2 cores (benchmarks/README.md), the second step ran 14 ms
-    beyond the steady rate on average over 294 worker loops of full epochs (7 ms at one worker, 20 at four), the
-    third 6 ms; a rate taken from the first step's end put that excess into the rate, scaled by 1/q, and put the
-    (3, 1) mini-epochs' estimates of full epochs 18% high in one measurement (7% from the second step's end). Why the
-    wind-down counts: it is 0.015-0.045 s in a mini-epoch of 5 steps as in a full epoch of 21."""
+    Why the second step counts: for LeNet on 2 cores the second step of a full epoch's loop runs well beyond the
+    steady rate (more so with more workers), the third only a little; a rate taken from the first step's end put
+    that excess into the rate, scaled by 1/q, and put the (3, 1) mini-epochs' estimates of full epochs far higher
+    than a rate from the second step's end does. Why the wind-down counts: it is about as long in a mini-epoch of 5
+    steps as in a full epoch of 21."""
     if steps < 2 or 1 not in marks:
         return None
     last = max(marks)
@@ -944,8 +944,8 @@ class InThread:
 
 
 def join_kvstore(ps: PsAddress) -> InThread:
-    """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms
-    (benchmarks/README.md), time the worker spends building its model, loading its checkpoint and running the
+    """`mx.kv.create("dist_sync")` in a thread: ps-lite's Van::Start polls for the rendezvous every 100 ms,
+    time the worker spends building its model, loading its checkpoint and running the
     shape pass instead of waiting, or a spare waiting for its request (`join_ahead`)."""
 
     def join():
@@ -973,16 +973,15 @@ def _await_broadcast(trainer, params) -> None:
     Why: Gluon's Trainer does this broadcast lazily, inside the first `step()` (or in `load_states()`): per key a
     kvstore.init by rank 0, then an asynchronous pull of the parameters, on the same keys that the step then
     push-pulls the gradients on (update_on_kvstore=False). The pull writes the parameter arrays and the push-pull
-    the gradient arrays, so MXNet's engine does not order the two. Measured with LeNet, 2 workers, 1 server,
-    seed 0, an epoch that starts without a checkpoint (benchmarks/reproducibility.py --variant diagnose): in 13
-    of 74 runs a worker's parameters were wrong after step 1, on the last key broadcast (once another); it had
-    started that step from the *summed gradients* G instead of rank 0's parameters (its parameters after step 1
-    were exactly G * (1 - lr / global batch) where logged), i.e. its pull was answered after both workers'
-    gradients of that key had reached the server. The epoch's loss was 2.14 or 2.39 instead of 1.5704 (2.38 when
-    both workers were hit). From a checkpoint the broadcast happens in
-    load_states(), long before the first push, and the race is rare. Waiting here, once per epoch and before the
+    the gradient arrays, so MXNet's engine does not order the two. With LeNet, 2 workers, 1 server, seed 0, an
+    epoch that starts without a checkpoint (benchmarks/reproducibility.py --variant diagnose shows it), a worker's
+    parameters were in some runs wrong after step 1, mostly on the last key broadcast; it had started that step
+    from the *summed gradients* G instead of rank 0's parameters (its parameters after step 1 were exactly
+    G * (1 - lr / global batch) where logged), i.e. its pull was answered after both workers' gradients of that key
+    had reached the server, and the epoch's loss was not the seeded run's. From a checkpoint the broadcast happens
+    in load_states(), long before the first push, and the race is rare. Waiting here, once per epoch and before the
     first push, removes it: no step needs any synchronisation (a `waitall()` after every step, which is not
-    between these two, left 9 runs of 30 wrong).
+    between these two, left runs wrong).
     """
     if not trainer._kv_initialized:
         trainer._init_kvstore()
@@ -995,8 +994,8 @@ def _await_broadcast(trainer, params) -> None:
 
 #: Steps between two reads of the divergence probe (after the first two): each read blocks the training loop until
 #: the previous step's update has come back. Read before every step, LeNet's loop (2 workers, 1 server) ran
-#: 7-13% longer than the bare dist_sync script's in four runs of 2026-11-27; without the probe 2-5% shorter
-#: (benchmarks/README.md). A diverged epoch trains at most this many steps more before every worker stops.
+#: clearly longer than the bare dist_sync script's (benchmarks/epoch_overhead.py); without the probe, shorter.
+#: A diverged epoch trains at most this many steps more before every worker stops.
 PROBE_EVERY_STEPS = 4
 
 

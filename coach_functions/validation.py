@@ -2,7 +2,7 @@
 
 Why: validation used to run on rank 0 alone after the training loop, while every other worker (and the servers)
 waited for it at the kvstore's teardown barrier; with LeNet that was the largest part of an epoch's fixed cost
-after the ps-lite rendezvous (benchmarks/README.md, "Where Coach's per-epoch overhead goes"). Split W ways it
+after the ps-lite rendezvous (benchmarks/coach_epoch_profile.py shows where an epoch's time goes). Split W ways it
 costs about 1/W of that on every worker at once.
 
 The protocol, the same on every worker and at the same points: `SharedValidation(kv, net, ...)` before the

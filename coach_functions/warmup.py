@@ -5,14 +5,14 @@ after that starts warm.
 Why: a stateless epoch runs in a freshly forked child, and the first steps of a training loop in a fresh process
 pay for what the process has not done yet: the oneDNN primitives of each layer at each batch shape (generated
 code, kept in a process-wide cache), first allocations, first calls. A child inherits the host's cache through
-fork and only reads it, so the host pays once per model file and shape, and no epoch pays again. Measured (one
-process without a kvstore, children forked alternately from a cold and a warmed host): LeNet's 2,000-sample loop
-took 1.079 s cold, 1.018 s with only the full batch warmed and 0.978 s with its last, shorter batch warmed too;
-ResNet-18's first four steps at batch 128 took 5.01 s cold and 4.68 s warm. The loss is the same bit for bit.
+fork and only reads it, so the host pays once per model file and shape, and no epoch pays again. Children forked
+alternately from a cold and a warmed host (one process, no kvstore) show it: LeNet's loop is shorter from a warmed
+host, shorter still with its last, shorter batch warmed too, and so are ResNet-18's first steps. The loss is the
+same bit for bit.
 
 When: only at the warm request, never while an epoch runs. A warm-up beside a running epoch takes the two shared
-CPUs from it: ResNet-18's calibration mini-epoch at (2,1) then took 10.4-10.7 s, 2.0-2.7 s of it its first step,
-instead of 6.3-6.4 s and 0.3 s, and its speed predictions went 22.7% off (benchmarks/README.md).
+CPUs from it: ResNet-18's calibration mini-epoch at (2,1) then takes far longer, most of the excess in its first
+step, and the speed predictions made from such mini-epochs go far off.
 
 What the warm-up leaves in the host: nothing an epoch reads, and not the memory it used (`release_memory`). Its
 model is built from the host's module in a name scope of its own (an epoch's parameter names are unchanged),
@@ -39,9 +39,10 @@ MAX_SHAPES = 32
 WARM_WORKERS = 4
 
 #: A host stops warming once it has spent this long (after the shape it is on): the job waits for it before its
-#: first epoch. Measured per worker host, one thread: LeNet's 12 shapes take 0.47 s in all; ResNet-18's (56x56,
-#: batch 128) 8.6 s, about 1.2 s per training batch, while warm kernels save it a few tenths of a second per
-#: epoch, so it warms its training batches (in the order of `job_shapes`: those every step uses first) and no more.
+#: first epoch. Per worker host, one thread: LeNet's dozen shapes take a fraction of this; ResNet-18's (56x56,
+#: batch 128) take several times it, most of this per training batch, while warm kernels save it only a small part
+#: of an epoch, so it warms its training batches (in the order of `job_shapes`: those every step uses first) and no
+#: more.
 WARM_UP_LIMIT_S = 2.0
 
 TRAINING, VALIDATION = "training", "validation"
@@ -114,9 +115,9 @@ def release_memory() -> None:
     """Give the memory the warm-up used back to the system: MXNet's pool of freed arrays, then glibc's free heap.
 
     Why: a child forked later would otherwise reuse those pages, which it shares with the host, and every first
-    write to one copies it (copy-on-write), where a page it gets fresh only has to be zeroed. Measured (LeNet, one
-    process, 12 alternating pairs of children, twice): the loop took 0.913 and 0.840 s from a host that released it,
-    0.950 and 0.864 s from one that did not; the child's system time 0.086 and 0.079 s against 0.104 and 0.101 s."""
+    write to one copies it (copy-on-write), where a page it gets fresh only has to be zeroed. With LeNet, children
+    forked alternately from a host that released it and one that did not ran their loop a little faster, with less
+    system time, from the first."""
     import ctypes
     import gc
 
