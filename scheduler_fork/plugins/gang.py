@@ -3,7 +3,8 @@
 - PodGroupRoles (PreFilter): the thesis's filter. A job's pods wait until its quorum is present (pending, reserved
   or bound): by default one scheduler, one server and one worker ("waiting for roles: server").
 - HeadOfLine (PreFilter): FIFO by job. A job that has not started may start only when it is the earliest ready
-  job and no started job still has pods to place. Without it the thesis's gang can deadlock (README).
+  job and no started job still has pods to place. Without it the thesis's gang can deadlock (README.md here,
+  "The deadlock").
 - QuorumFirst (PreFilter): a pod that does not bring its job closer to its quorum may not take room the quorum
   still needs (an extra server must not take the last slot, or the cpu, the job's worker needs).
 - Coscheduling (Reserve/Unreserve + Permit): all or nothing. Pods wait at Permit holding their reservation until
@@ -46,7 +47,7 @@ class HeadOfLine:
     the earliest *ready* job: quorum present and fitting at once the nodes as other schedulers' pods leave them
     (Coach's own pods aside, which leave when their jobs end), pods pending. Jobs
     still waiting for roles do not hold the line. So at most one job at a time holds slots without its quorum,
-    and that job is placed before any other starts: see the README for why this rules out deadlock.
+    and that job is placed before any other starts: README.md here, "The deadlock", says why this rules out deadlock.
     """
 
     name = "HeadOfLine"
