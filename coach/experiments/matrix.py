@@ -262,6 +262,17 @@ def _read_yaml(path: Path, shown: str) -> Any:
         raise MatrixFileError([invalid_yaml_line(shown, error, with_problem=False)]) from None
 
 
+class _Problems:
+    """The problem lines of one matrix file, `FILE: FIELD: what is wrong` each; call it with (field, what)."""
+
+    def __init__(self, shown: str):
+        self.shown = shown  # the file as the user gave it
+        self.lines: list[str] = []
+
+    def __call__(self, key: str, message: str) -> None:
+        self.lines.append(f"{self.shown}: {one_line(f'{key}: {message}')}")
+
+
 def load_matrix(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise MatrixFileError with every problem, one line each."""
     from scheduler_fork import PROFILES
@@ -271,22 +282,9 @@ def load_matrix(path: str | Path) -> Matrix:
     data = _read_yaml(source, shown)
     if not isinstance(data, dict):
         raise MatrixFileError([f"{shown}: (file): expected a mapping of matrix fields, got {type(data).__name__}"])
-    lines: list[str] = []
-
-    def problem(key: str, message: str) -> None:
-        lines.append(f"{shown}: {one_line(f'{key}: {message}')}")
-
-    known = MATRIX_FIELDS + TEMPLATE_FIELDS
-    for key in data:
-        if key in MATRIX_OWNED_JOB_FIELDS and key != "name":
-            problem(str(key), "set by the matrix (models, allocation, static), not allowed in the template")
-        elif key not in known:
-            problem(str(key)[:64], _unknown(str(key)[:64], known))
-    for key in ("models", "jobs"):
-        if key not in data:
-            problem(key, "required field missing")
+    problem = _Problems(shown)
+    _check_keys(data, problem)
     values = {**DEFAULTS, **data}
-
     name = values.get("name", source.stem)
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         problem("name", f"must be 1-48 characters from letters, digits, '.', '_', '-', got {short(name)}")
@@ -296,64 +294,89 @@ def load_matrix(path: str | Path) -> Matrix:
     allocation = _name_list(values["allocation"], "allocation", list(ALLOCATIONS), problem)
     schedulers = _name_list(values["schedulers"], "schedulers", sorted(PROFILES), problem)
     repeat = values["repeat"]
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        problem("repeat", f"expected an integer >= 1, got {short(repeat)}")
-    elif repeat > MATRIX_BOUNDS["repeat"].high:
-        problem("repeat", f"must be <= {MATRIX_BOUNDS['repeat'].high}, got {short(repeat)}")
-    timeout = values["placement_timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        problem("placement_timeout_s", f"expected a number > 0, got {short(timeout)}")
-    else:
-        timeout, wrong = MATRIX_BOUNDS["placement_timeout_s"].check(timeout)
-        if wrong is not None:
-            problem("placement_timeout_s", wrong)
-
-    static = values["static"]
-    static_counts = (2, 2)
-    if not isinstance(static, dict):
-        problem("static", f"expected a mapping with workers and servers, got {short(static)}")
-    else:
-        for key in static:
-            if key not in ("workers", "servers"):
-                problem(f"static.{key}", _unknown(key, ("workers", "servers")))
-        counts = [static.get(k, DEFAULTS["static"][k]) for k in ("workers", "servers")]
-        for key, count in zip(("workers", "servers"), counts):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                problem(f"static.{key}", f"expected an integer >= 1, got {short(count)}")
-            elif count > MATRIX_BOUNDS[f"static.{key}"].high:
-                problem(f"static.{key}", f"must be <= {MATRIX_BOUNDS[f'static.{key}'].high}, got {short(count)}")
-        static_counts = tuple(counts)
-
-    cluster = DEFAULT_CLUSTER
-    if data.get("cluster") is not None:
-        if not isinstance(data["cluster"], str):
-            problem("cluster", f"expected the path of a cluster file, got {short(data['cluster'])}")
-        else:
-            cluster_path = source.parent / data["cluster"]
-            if not cluster_path.is_file():
-                problem("cluster", f"file not found: {os.path.abspath(cluster_path)}")
-            else:
-                try:
-                    cluster = load_cluster(cluster_path)
-                except ClusterFileError as error:
-                    lines.extend(error.lines)
-
+    _check_count(repeat, "repeat", problem)
+    timeout = _placement_timeout_s(values["placement_timeout_s"], problem)
+    static_counts = _static_counts(values["static"], problem)
+    cluster = _cluster(data.get("cluster"), source, problem)
     models = _models(data.get("models"), source, problem) if "models" in data else []
-    template = {k: v for k, v in data.items() if k in TEMPLATE_FIELDS}
-    if not lines:
+    if not problem.lines:
         runs = len(models) * len(jobs) * len(allocation) * len(schedulers) * repeat
         if runs > MAX_RUNS:
             problem("(file)", f"{runs} runs (models x jobs x allocation x schedulers x repeat), more than {MAX_RUNS}")
-    if lines:
-        raise MatrixFileError(lines)
+    if problem.lines:
+        raise MatrixFileError(problem.lines)
     matrix = Matrix(name=name, source=source, models=tuple(models), jobs=jobs, allocation=allocation,
                     schedulers=schedulers, repeat=repeat, static_workers=static_counts[0],
                     static_servers=static_counts[1], cluster=cluster, placement_timeout_s=float(timeout),
-                    template=template, raw=data)
+                    template={k: v for k, v in data.items() if k in TEMPLATE_FIELDS}, raw=data)
     lines = _check_job_fields(matrix, shown)
     if lines:
         raise MatrixFileError(lines)
     return matrix
+
+
+def _check_keys(data: Mapping, problem: _Problems) -> None:
+    """Fields the matrix sets itself or does not know (with a hint), then required fields that are missing."""
+    known = MATRIX_FIELDS + TEMPLATE_FIELDS
+    for key in data:
+        if key in MATRIX_OWNED_JOB_FIELDS and key != "name":
+            problem(str(key), "set by the matrix (models, allocation, static), not allowed in the template")
+        elif key not in known:
+            problem(str(key)[:64], _unknown(str(key)[:64], known))
+    for key in ("models", "jobs"):
+        if key not in data:
+            problem(key, "required field missing")
+
+
+def _check_count(value: Any, key: str, problem: _Problems) -> None:
+    """A count (`repeat`, `static.workers`, `static.servers`): an integer from 1 to its MATRIX_BOUNDS high."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problem(key, f"expected an integer >= 1, got {short(value)}")
+    elif value > MATRIX_BOUNDS[key].high:
+        problem(key, f"must be <= {MATRIX_BOUNDS[key].high}, got {short(value)}")
+
+
+def _placement_timeout_s(timeout: Any, problem: _Problems) -> Any:
+    """The placement timeout as its bound gives it back (a float when valid); problems for a wrong one."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        problem("placement_timeout_s", f"expected a number > 0, got {short(timeout)}")
+        return timeout
+    timeout, wrong = MATRIX_BOUNDS["placement_timeout_s"].check(timeout)
+    if wrong is not None:
+        problem("placement_timeout_s", wrong)
+    return timeout
+
+
+def _static_counts(static: Any, problem: _Problems) -> tuple:
+    """(workers, servers) of static jobs, each defaulting to DEFAULTS["static"]'s; (2, 2) when not a mapping."""
+    if not isinstance(static, dict):
+        problem("static", f"expected a mapping with workers and servers, got {short(static)}")
+        return (2, 2)
+    for key in static:
+        if key not in ("workers", "servers"):
+            problem(f"static.{key}", _unknown(key, ("workers", "servers")))
+    counts = [static.get(k, DEFAULTS["static"][k]) for k in ("workers", "servers")]
+    for key, count in zip(("workers", "servers"), counts):
+        _check_count(count, f"static.{key}", problem)
+    return tuple(counts)
+
+
+def _cluster(value: Any, source: Path, problem: _Problems) -> ClusterSpec:
+    """The cluster file the matrix names (relative to the matrix file), or DEFAULT_CLUSTER when it names none."""
+    if value is None:
+        return DEFAULT_CLUSTER
+    if not isinstance(value, str):
+        problem("cluster", f"expected the path of a cluster file, got {short(value)}")
+        return DEFAULT_CLUSTER
+    cluster_path = source.parent / value
+    if not cluster_path.is_file():
+        problem("cluster", f"file not found: {os.path.abspath(cluster_path)}")
+        return DEFAULT_CLUSTER
+    try:
+        return load_cluster(cluster_path)
+    except ClusterFileError as error:
+        problem.lines.extend(error.lines)  # already `FILE: FIELD: ...` lines, of the cluster file
+        return DEFAULT_CLUSTER
 
 
 def _models(value: Any, source: Path, problem) -> list[ModelEntry]:
@@ -493,13 +516,7 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
     entries: dict[str, dict] = {}
     specs: dict[str, list[JobSpec]] = {}
     for cell in plan:
-        jobs_dir = experiment_dir / cell.cell_id / "jobs"
-        jobs_dir.mkdir(parents=True)
-        paths = []
-        for document in job_documents(matrix, cell):
-            path = jobs_dir / f"{document['name']}.yaml"
-            path.write_text(job_file_text(document))
-            paths.append(path)
+        paths = _write_job_files(matrix, cell, experiment_dir / cell.cell_id / "jobs")
         specs[cell.cell_id] = load_jobs(paths)
         counts = ALLOCATIONS[cell.allocation](matrix)
         entries[cell.cell_id] = {**cell.params(), "workers": counts.get("workers"), "servers": counts.get("servers"),
@@ -528,13 +545,8 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
                                 scheduler=cell.scheduler, placement_timeout_s=matrix.placement_timeout_s)
                 wall_s = time.monotonic() - began_s
                 codes.append(report.exit_code)
-                jcts[cell.cell_id].append([job["jct_s"] for job in report.summary.get("jobs", {}).values()
-                                           if job.get("jct_s") is not None and job.get("stop_reason") != "interrupted"])
-                entries[cell.cell_id]["runs"].append({
-                    "repetition": repetition, "run_id": report.run_id,
-                    "run_dir": str(Path(report.run_dir).resolve().relative_to(experiment_dir.resolve())),
-                    "exit_code": report.exit_code, "makespan_s": report.summary.get("makespan_s"),
-                    "wall_s": round(wall_s, 3)})
+                jcts[cell.cell_id].append(_finished_jcts(report.summary))
+                entries[cell.cell_id]["runs"].append(_run_entry(report, repetition, wall_s, experiment_dir))
                 write_json_atomic(experiment_dir / MANIFEST, manifest)
                 say(f"{time.strftime('%H:%M:%S')} {head}: exit {report.exit_code} after {wall_s:.1f} s, "
                     f"{_jct_text(report.summary)}")
@@ -559,6 +571,31 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         manifest["exit_code"] = _exit_code(codes) if finished else None
         write_json_atomic(experiment_dir / MANIFEST, manifest)
     return ExperimentReport(experiment_id, experiment_dir, manifest, manifest["exit_code"])
+
+
+def _write_job_files(matrix: Matrix, cell: Cell, jobs_dir: Path) -> list[Path]:
+    """Write the job files of one cell's run into `jobs_dir` (made here); their paths, in job order."""
+    jobs_dir.mkdir(parents=True)
+    paths = []
+    for document in job_documents(matrix, cell):
+        path = jobs_dir / f"{document['name']}.yaml"
+        path.write_text(job_file_text(document))
+        paths.append(path)
+    return paths
+
+
+def _finished_jcts(summary: Mapping) -> list[float]:
+    """The JCTs of a run's jobs that have one and were not interrupted: what the pilot's variance is taken from."""
+    return [job["jct_s"] for job in summary.get("jobs", {}).values()
+            if job.get("jct_s") is not None and job.get("stop_reason") != "interrupted"]
+
+
+def _run_entry(report: Any, repetition: int, wall_s: float, experiment_dir: Path) -> dict[str, Any]:
+    """What manifest.json keeps of one run of a cell (its folder relative to the experiment's)."""
+    return {"repetition": repetition, "run_id": report.run_id,
+            "run_dir": str(Path(report.run_dir).resolve().relative_to(experiment_dir.resolve())),
+            "exit_code": report.exit_code, "makespan_s": report.summary.get("makespan_s"),
+            "wall_s": round(wall_s, 3)}
 
 
 def _detect_text(plan: Mapping[str, Any], cells_: int) -> str:
