@@ -5,9 +5,9 @@ time at any counts it could afford (within its max_workers/max_servers and budge
 and ResNet-18.
 
 To be cheap and repeatable it drives the real lifecycle, the `coach` policy and scheduler_fork placement in
-virtual time (the pieces of coach.app.virtual_run.run_virtual) over epoch-time tables measured on this machine,
-with seeded measurement noise on every epoch (calibration mini-epochs too):
-- `lenet`: the fit-accuracy table of benchmarks/README.md (full LeNet epochs at ten (w, s), 2 cores);
+virtual time (the pieces of coach.app.virtual_run.run_virtual) over measured epoch-time tables, with seeded
+measurement noise on every epoch (calibration mini-epochs too):
+- `lenet`: a measured table kept in this script (LENET_TABLE: full LeNet epochs at ten (w, s), 2 cores);
 - every `--points` file written by `benchmarks/fit_accuracy.py measure` (e.g. benchmarks/data/
   fit_points_resnet18.json): the median measured epoch time per point.
 Counts a table lacks take the time of the slowest table point they contain (w' <= w, s' <= s): on two cores
@@ -15,7 +15,7 @@ more functions never made an epoch faster than the slowest smaller configuration
 the data takes fixed + (T - fixed) q, so calibration mini-epochs scale back to T as Coach assumes.
 
 Each case runs under two policies: `before`, the fit alone (CoachPolicy(measured=False): the decision before
-this change), and `after`, the default `coach` policy (measured speeds override the fit; settling rule). Every
+issue 13), and `after`, the default `coach` policy (measured speeds override the fit; settling rule). Every
 job runs max_epochs (target_loss 0).
 
     .venv/bin/python benchmarks/choice_regret.py                       # lenet, 20 seeds, 3% noise
@@ -65,13 +65,15 @@ from coach.storage.results import MemorySink  # noqa: E402
 from coach.views.terminal import QuietView  # noqa: E402
 
 GOAL = 0.03
-#: benchmarks/README.md, "fit_accuracy.py (LeNet)": measured full-epoch seconds at (workers, servers), 2 cores.
-LENET_README = {(1, 1): 1.940, (1, 2): 1.937, (2, 1): 1.429, (2, 2): 1.515, (3, 1): 1.602, (1, 3): 1.953,
-                (3, 2): 1.571, (2, 3): 1.417, (4, 1): 1.670, (3, 3): 1.551}
-#: Same table, "predicted s" at the four points it calibrated (before (3,1) was a calibration point): what the
-#: calibration mini-epochs said, scaled. Points calibrated that this lacks, (3,1), take the table's full epoch time.
-LENET_README_CALIBRATION = {(1, 1): 1.993, (1, 2): 2.039, (2, 1): 1.412, (2, 2): 1.435}
-LENET_FIXED_S = 0.35  # the per-epoch fixed part measured by epoch_overhead.py (0.30-0.38 s)
+#: The built-in LeNet table, kept in this script: full-epoch seconds at (workers, servers) that
+#: `fit_accuracy.py measure` measured on 2 cores.
+LENET_TABLE = {(1, 1): 1.940, (1, 2): 1.937, (2, 1): 1.429, (2, 2): 1.515, (3, 1): 1.602, (1, 3): 1.953,
+               (3, 2): 1.571, (2, 3): 1.417, (4, 1): 1.670, (3, 3): 1.551}
+#: The same measurement's calibration at the four points it sampled (before (3,1) was a calibration point): what
+#: the calibration mini-epochs said, scaled. Points calibrated that this lacks, (3,1), take the table's full epoch
+#: time.
+LENET_CALIBRATION = {(1, 1): 1.993, (1, 2): 2.039, (2, 1): 1.412, (2, 2): 1.435}
+LENET_FIXED_S = 0.35  # the per-epoch fixed part, as benchmarks/epoch_overhead.py measures it
 #: One node, as the default cluster, with slots to spare: the job's limits, not capacity, bound the choice.
 CLUSTER = ClusterSpec("regret-bench", (NodeSpec("node-0", 16, 0.0001),))
 POLICIES: Mapping[str, Policy] = {"before": CoachPolicy(measured=False), "after": CoachPolicy()}
@@ -256,8 +258,8 @@ def report(rows: Sequence[dict]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=Path, nargs="*", default=[],
-                        help="fit_accuracy.py measure files to use as tables (besides the README's LeNet table)")
-    parser.add_argument("--no-lenet", action="store_true", help="leave out the README's LeNet table")
+                        help="fit_accuracy.py measure files to use as tables (besides the LeNet table kept here)")
+    parser.add_argument("--no-lenet", action="store_true", help="leave out the LeNet table kept in this script")
     parser.add_argument("--limits", type=parse_limits, default=[(4, 2), (3, 3)],
                         help="max_workers x max_servers of the jobs, e.g. 4x2,3x3 (default)")
     parser.add_argument("--seeds", type=int, default=20)
@@ -268,8 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("choice_regret.py: --seeds must be >= 1 and --noise in [0, 0.5)", file=sys.stderr)
         return 2
     try:
-        tables = [] if args.no_lenet else [Table("lenet", ROOT / "jobs" / "lenet-dynamic.yaml", LENET_README,
-                                                 LENET_FIXED_S, LENET_README_CALIBRATION)]
+        tables = [] if args.no_lenet else [Table("lenet", ROOT / "jobs" / "lenet-dynamic.yaml", LENET_TABLE,
+                                                 LENET_FIXED_S, LENET_CALIBRATION)]
         tables += [load_table(path) for path in args.points]
     except BadInput as error:
         print(f"choice_regret.py: {error}", file=sys.stderr)
