@@ -1,6 +1,6 @@
 """How does the learned `dl2` policy decide Coach's own jobs (workers and servers) on job mixes it never saw? (issue 15)
 
-Generates `--episodes` seeded job mixes of the kind the counts network trains on (coach.app.learn_counts.episode,
+Generates `--episodes` seeded job mixes of the kind the counts network trains on (coach.dl2.learn_run.episode,
 but from a seed stream training never draws from), runs each in virtual time (`coach run`'s lifecycle, placement
 and policy interface over the simulated platform) under `coach`, `dl2-imitation` (the shipped training before
 reinforcement learning) and `dl2`, writing every run as a results folder (OUT/<policy>/episode-NN/). Prints the
@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from coach.app.learn_counts import CountsTrainSettings, episode
-from coach.app.learned import Dl2RunPolicy
+from coach.dl2.learn_run import CountsTrainSettings, episode
+from coach.dl2.run_policy import Dl2RunPolicy
 from coach.app.virtual_run import run_virtual
 from coach.policy.run_policy import CoachPolicy
-from coach.simulator.policies.dl2 import COUNTS_IMITATION_MODEL, COUNTS_MODEL
+from coach.dl2 import COUNTS_IMITATION_MODEL, COUNTS_MODEL
 
 POLICIES = {"coach": CoachPolicy, "dl2-imitation": lambda: Dl2RunPolicy(COUNTS_IMITATION_MODEL),
             "dl2": lambda: Dl2RunPolicy(COUNTS_MODEL)}

@@ -34,7 +34,7 @@ from coach.lifecycle import events as ev
 from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, USER_STOP, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
-from coach.app.learned import RUN_POLICIES as POLICIES
+from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step

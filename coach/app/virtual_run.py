@@ -20,7 +20,7 @@ from coach.drivers.virtual import VirtualDriver
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
-from coach.app.learned import RUN_POLICIES as POLICIES
+from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView, Policy
 from coach.platforms.virtual import VirtualJobModel, VirtualPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore

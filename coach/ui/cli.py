@@ -136,7 +136,7 @@ def cmd_run(args) -> int:
     from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
     scheduler = args.scheduler or cluster.scheduler or "gang"
-    from coach.app.learned import RUN_POLICIES as POLICIES
+    from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 
     refused = [f"{spec.source}: {problem}" for spec in specs
                if (problem := POLICIES[args.policy].check(spec)) is not None]
@@ -244,7 +244,7 @@ def cmd_bench_kube_scheduler(args) -> int:
 
 
 def _policies():
-    from coach.app.learned import RUN_POLICIES as POLICIES
+    from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 
     return POLICIES
 

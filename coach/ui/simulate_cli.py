@@ -52,7 +52,7 @@ def cmd_simulate(args) -> int:
     from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.simulator.apps import AppTraceError
-    from coach.simulator.policies.dl2 import ModelFileError
+    from coach.dl2 import ModelFileError
 
     results_dir = Path(args.results)
     problem = _results_problem(results_dir)

@@ -1,7 +1,7 @@
 """`coach train-policy`: the learned `dl2` networks, warmed up by imitating an existing policy, then trained by
 reinforcement learning. `--level cluster` (default): the cluster simulator's GPU jobs, on workload files
-(coach.simulator.learn_dl2); `--level run`: Coach's own jobs, workers and servers, in virtual-time runs of its
-lifecycle (coach.app.learn_counts). Parses options, shows a progress bar per phase, prints what was measured."""
+(coach.dl2.learn_cluster); `--level run`: Coach's own jobs, workers and servers, in virtual-time runs of its
+lifecycle (coach.dl2.learn_run). Parses options, shows a progress bar per phase, prints what was measured."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _RUN_ONLY = ("reward", "teacher_episodes", "eval_episodes")
 
 
 def _train_cluster(args, out: Path, on_progress):
-    from coach.simulator.learn_dl2 import train
+    from coach.dl2.learn_cluster import train
 
     if not args.workloads:
         raise ValueError("--workloads: required with --level cluster (workload CSVs to train on)")
@@ -55,7 +55,7 @@ def _train_cluster(args, out: Path, on_progress):
 
 
 def _train_run(args, out: Path, on_progress):
-    from coach.app.learn_counts import train_counts
+    from coach.dl2.learn_run import train_counts
 
     given = [name for name in _CLUSTER_ONLY if getattr(args, name) is not None]
     if given:
@@ -95,7 +95,7 @@ def cmd_train_policy(args) -> int:
 def add_commands(sub, subparser, epilog: str) -> None:
     from coach.simulator.policies import teachers
 
-    from coach.app.learned import REWARD_NAMES, RUN_TEACHERS
+    from coach.dl2.run_policy import REWARD_NAMES, RUN_TEACHERS
 
     train = subparser(sub, "train-policy", epilog=epilog,
                       help="train the learned dl2 policy: imitate an existing policy, then reinforcement learning")

@@ -10,8 +10,8 @@ import pytest
 
 
 def test_the_reward_names_the_parser_offers_are_the_trainers():
-    from coach.app.learn_counts import REWARDS
-    from coach.app.learned import REWARD_NAMES
+    from coach.dl2.learn_run import REWARDS
+    from coach.dl2.run_policy import REWARD_NAMES
 
     assert sorted(REWARD_NAMES) == sorted(REWARDS)
 

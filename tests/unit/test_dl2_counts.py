@@ -10,8 +10,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from coach.simulator.policies.dl2 import ModelFileError, load_counts
-from coach.simulator.policies.dl2.counts import (
+from coach.dl2 import ModelFileError, load_counts
+from coach.dl2.run_round import (
     BOTH,
     COUNTS_GLOBAL_FEATURES,
     COUNTS_JOB_FEATURES,
@@ -24,8 +24,8 @@ from coach.simulator.policies.dl2.counts import (
     greedy_counts,
     teacher_steps,
 )
-from coach.simulator.policies.dl2.features import pad, padded_action
-from coach.simulator.policies.dl2.network import NumpyNet, new_network
+from coach.dl2.cluster_round import pad, padded_action
+from coach.dl2.network import NumpyNet, new_network
 
 PRICE = 0.0001
 
@@ -132,7 +132,7 @@ def test_a_model_of_the_other_round_type_is_refused_in_one_line(tmp_path):
 
 
 def test_training_in_virtual_time_imitates_coach_and_is_resumable(tmp_path):
-    from coach.app.learn_counts import train_counts
+    from coach.dl2.learn_run import train_counts
 
     options = dict(teacher_episodes=6, imitation_epochs=12, rl_episodes=4, eval_episodes=2, checkpoint_every=2,
                    select_every=2)
@@ -159,7 +159,7 @@ def test_training_in_virtual_time_imitates_coach_and_is_resumable(tmp_path):
 
 
 def test_round_rewards_progress_and_job_time():
-    from coach.app.learn_counts import CountsTrainSettings, _Rounds
+    from coach.dl2.learn_run import CountsTrainSettings, _Rounds
     from coach.policy.history import History
     from coach.policy.run_policy import JobView
     from tests.unit.test_run_policy import spec
@@ -182,7 +182,7 @@ def test_coach_explains_a_step_that_slots_freed_by_settling_could_have_taken():
     excluded nor taken; `coach` used to fail an assertion there (found by the counts network's training)."""
     import json as json_
 
-    from coach.app.learn_counts import CountsTrainSettings, episode
+    from coach.dl2.learn_run import CountsTrainSettings, episode
     from coach.app.virtual_run import run_virtual
 
     ep = episode(CountsTrainSettings(seed=0), np.random.default_rng([0, 10, 6]))

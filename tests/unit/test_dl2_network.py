@@ -13,11 +13,11 @@ import pytest
 from tests.support import pollux_data
 from coach.simulator.policies import POLICIES
 from coach.simulator.policies.common import batch_bounds, check_grants
-from coach.simulator.policies.dl2 import DEFAULT_MODEL, dl2
-from coach.simulator.policies.dl2.features import GLOBAL_FEATURES, JOB_FEATURES, Round, pad, padded_action
-from coach.simulator.policies.dl2.imitation import expert_steps, next_action, targets_of
-from coach.simulator.policies.dl2.network import ModelFileError, NumpyNet, load_network, new_network
-from coach.simulator.policies.dl2.policy import Dl2, decide
+from coach.dl2 import DEFAULT_MODEL, dl2
+from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round, pad, padded_action
+from coach.dl2.imitation import expert_steps, next_action, targets_of
+from coach.dl2.network import ModelFileError, NumpyNet, load_network, new_network
+from coach.dl2.cluster_policy import Dl2, decide
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.optimus import optimus
 from coach.simulator.session import Settings, cluster_from, simulate
@@ -186,7 +186,7 @@ def test_saved_network_loads_back_as_the_same_policy(tmp_path):
 
 
 def test_dl2_and_its_imitation_only_twin_are_registered_with_the_shipped_models():
-    from coach.simulator.policies.dl2 import IMITATION_MODEL
+    from coach.dl2 import IMITATION_MODEL
 
     assert DEFAULT_MODEL.name == "dl2_model.params" and DEFAULT_MODEL.is_file()
     assert IMITATION_MODEL.name == "dl2_model-imitation.params" and IMITATION_MODEL.is_file()

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from coach.app.learned import RUN_POLICIES, Dl2RunPolicy, asking_round
+from coach.dl2.run_policy import RUN_POLICIES, Dl2RunPolicy, asking_round
 from coach.policy.history import History
 from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
-from coach.simulator.policies.dl2.counts import COUNTS_SHAPE
-from coach.simulator.policies.dl2.network import new_network
+from coach.dl2.run_round import COUNTS_SHAPE
+from coach.dl2.network import new_network
 from tests.unit.test_run_policy import CLUSTER, calibrated, spec
 
 

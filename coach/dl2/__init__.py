@@ -3,9 +3,9 @@ actor-critic network, warmed up by imitating another policy's decisions and then
 learning, that schedules by one action at a time. Two round types, one network design:
 
 - features: the cluster simulator's GPU jobs: one more GPU for one job, or STOP (the `dl2` simulator policy,
-  trained in the simulator by coach.simulator.learn_dl2);
+  trained in the simulator by coach.dl2.learn_cluster);
 - counts: Coach's own jobs: one more worker, one more server, or both, for one job, or STOP (`coach run --policy
-  dl2`, trained in virtual-time runs of Coach's lifecycle by coach.app.learn_counts);
+  dl2`, trained in virtual-time runs of Coach's lifecycle by coach.dl2.learn_run);
 - network: the MXNet Gluon actor-critic (action kinds per job: 1 or 3) and its numpy forward pass;
 - policy: the `dl2` simulator Policy, greedy on a trained model file.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: The model shipped with Coach (trained by coach.simulator.learn_dl2; the command is in the README).
+#: The model shipped with Coach (trained by coach.dl2.learn_cluster; the command is in docs/learned-policy.md).
 DEFAULT_MODEL = Path(__file__).with_name("dl2_model.params")
 
 
@@ -29,7 +29,7 @@ def imitation_model(model: Path) -> Path:
 IMITATION_MODEL = imitation_model(DEFAULT_MODEL)
 
 #: The network for Coach's own jobs (workers and servers; dl2.counts), trained in virtual time by
-#: coach.app.learn_counts; `coach run --policy dl2` and `coach serve --policy dl2` decide with it.
+#: coach.dl2.learn_run; `coach run --policy dl2` and `coach serve --policy dl2` decide with it.
 COUNTS_MODEL = Path(__file__).with_name("dl2_counts_model.params")
 COUNTS_IMITATION_MODEL = imitation_model(COUNTS_MODEL)
 
@@ -42,7 +42,7 @@ def dl2(seed: int, model: Path = DEFAULT_MODEL):
     """The `dl2` policy on `model` (greedy, so `seed` is unused). ModelFileError (a ValueError whose one line names
     the file and says how to train one) when the file is missing or does not fit."""
     del seed
-    from coach.simulator.policies.dl2.policy import load_policy
+    from coach.dl2.cluster_policy import load_policy
 
     model = Path(model)
     if not model.is_file():
@@ -54,8 +54,8 @@ def dl2(seed: int, model: Path = DEFAULT_MODEL):
 def load_counts(model: Path = COUNTS_MODEL):
     """The fast (numpy) network of a counts model file; ModelFileError (one line naming the file) when it is
     missing or does not fit."""
-    from coach.simulator.policies.dl2.counts import COUNTS_SHAPE
-    from coach.simulator.policies.dl2.network import NumpyNet, load_network
+    from coach.dl2.run_round import COUNTS_SHAPE
+    from coach.dl2.network import NumpyNet, load_network
 
     model = Path(model)
     if not model.is_file():

@@ -2,7 +2,7 @@
 
 1. Imitation. The teacher (any elastic policy of POLICIES: drf, optimus, tiresias, ...) runs every training
    workload in the simulator; its rounds are recorded, split (seeded) into training and held-out rounds, and
-   turned into decisions (coach.simulator.policies.dl2.imitation). The network learns the teacher's decisions
+   turned into decisions (coach.dl2.imitation). The network learns the teacher's decisions
    (cross-entropy) and its critic the discounted reward the teacher got from each round on.
 2. Reinforcement learning (advantage actor-critic, as DL2). Each episode replays a run of consecutive jobs of one
    training workload (arrivals shifted to start at 0) for at most `horizon_rounds` rounds; the network samples
@@ -36,17 +36,17 @@ from coach.domain.cluster import ClusterSpec
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Simulator
 from coach.simulator.policies import POLICIES, teachers
-from coach.simulator.policies.dl2 import imitation_model
-from coach.simulator.policies.dl2.features import WINDOW, Observation, Round, SpeedCache, pad, padded_action
-from coach.simulator.policies.dl2.imitation import (
+from coach.dl2 import imitation_model
+from coach.dl2.cluster_round import WINDOW, Observation, Round, SpeedCache, pad, padded_action
+from coach.dl2.imitation import (
     Agreement,
     allocation_overlap,
     expert_steps,
     order_for,
     targets_of,
 )
-from coach.simulator.policies.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
-from coach.simulator.policies.dl2.policy import decide, grants_of
+from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.dl2.cluster_policy import decide, grants_of
 from coach.simulator.session import cluster_from, traces_dir_for
 from coach.simulator.view import ClusterSnapshot, Grant
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload

@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-from coach.simulator.policies.dl2.features import Observation, Round
+from coach.dl2.cluster_round import Observation, Round
 from coach.simulator.view import Grant
 
 ORDERS = {"optimus": "gain"}  # a teacher not named here fills in the "fewest" order

@@ -14,8 +14,8 @@ from typing import Mapping
 import numpy as np
 
 from coach.simulator.policies.common import requested_grant
-from coach.simulator.policies.dl2.features import WINDOW, Round, SpeedCache
-from coach.simulator.policies.dl2.network import NumpyNet, load_network
+from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
+from coach.dl2.network import NumpyNet, load_network
 from coach.simulator.view import ClusterSnapshot, Grant
 
 

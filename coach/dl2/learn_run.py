@@ -16,7 +16,7 @@ budget that does not cover every epoch.
    written is the one with the lowest mean JCT there, the imitation network included (RL's updates are noisy:
    one run's last network was 3% worse than its imitation start).
 
-Seeded throughout and resumable from `<out>.ckpt/` as coach.simulator.learn_dl2 (whose update steps and checkpoints
+Seeded throughout and resumable from `<out>.ckpt/` as coach.dl2.learn_cluster (whose update steps and checkpoints
 it shares). Writes the model to `out`, the imitation-only one beside it and what was measured to `<stem>.json`.
 """
 
@@ -33,13 +33,13 @@ import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.app.learned import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
+from coach.dl2.run_policy import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
 from coach.app.virtual_run import START_S, run_virtual
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
 from coach.platforms.virtual import VirtualJobModel
 from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView
-from coach.simulator.learn_dl2 import (
+from coach.dl2.learn_cluster import (
     ProgressCallback,
     _atomic_write,
     action_accuracy,
@@ -50,10 +50,10 @@ from coach.simulator.learn_dl2 import (
     load_checkpoint,
     save_checkpoint,
 )
-from coach.simulator.policies.dl2 import imitation_model
-from coach.simulator.policies.dl2.counts import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
-from coach.simulator.policies.dl2.features import Observation
-from coach.simulator.policies.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.dl2 import imitation_model
+from coach.dl2.run_round import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
+from coach.dl2.cluster_round import Observation
+from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
 
 
 CHECKPOINT_VERSION = 1

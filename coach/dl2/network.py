@@ -11,7 +11,7 @@ does not depend on where it sits apart from its position feature):
 The policy is a softmax over the legal actions (the mask sets the others to -1e9), job-major (job i's kind k is
 column i * kinds + k), STOP last; the value is the critic's estimate of the discounted reward to come. `kinds` is
 1 for the simulator's GPU jobs (one more GPU) and 3 for Coach's own jobs (one more worker, one more server, or
-both; coach.simulator.policies.dl2.counts); the feature widths are those of the round the network reads.
+both; coach.dl2.run_round); the feature widths are those of the round the network reads.
 `NumpyNet` computes the same numbers from the Gluon parameters (a round makes up to one decision per GPU, and a
 small Gluon call costs ~0.2 ms, numpy ~0.02 ms).
 """
@@ -26,8 +26,8 @@ import numpy as np
 from mxnet import gluon
 from mxnet.gluon import nn
 
-from coach.simulator.policies.dl2 import ModelFileError
-from coach.simulator.policies.dl2.features import GPU_SHAPE, Observation, Shape
+from coach.dl2 import ModelFileError
+from coach.dl2.cluster_round import GPU_SHAPE, Observation, Shape
 
 HIDDEN = 32
 _MASKED = 1e9

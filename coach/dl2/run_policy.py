@@ -1,11 +1,11 @@
 """`coach run --policy dl2`: the learned DL2 policy deciding a live run's workers and servers.
 
 Every time jobs ask for counts, the asking jobs (up to the network's window) form a round
-(coach.simulator.policies.dl2.counts): each is shown to the network through its own speed fit (the chosen form
+(coach.dl2.run_round): each is shown to the network through its own speed fit (the chosen form
 over every calibration and training epoch), its counts, limits, progress and money; the network takes one action
 at a time, one more worker, one more server, or both, for one job, or stops, within the slots the other jobs do
 not hold and each job's money. The network was trained in virtual time on Coach's own lifecycle
-(coach.app.learn_counts). Jobs whose file fixes the counts keep them and jobs with nothing measured yet calibrate,
+(coach.dl2.learn_run). Jobs whose file fixes the counts keep them and jobs with nothing measured yet calibrate,
 as under `coach`; a job that no counts within its limits can pay for ends with `budget`, as under every
 run-level policy. Pure apart from reading the model file once (kept, with no other state between rounds).
 """
@@ -20,7 +20,7 @@ from typing import Sequence
 from coach.domain.jobs import JobSpec
 from coach.estimates.speed_forms import fit_chosen
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
-from coach.simulator.policies.dl2.counts import (
+from coach.dl2.run_round import (
     COUNTS_WINDOW,
     KIND_NAMES,
     KINDS,
@@ -40,7 +40,7 @@ class Dl2RunPolicy:
 
     def network(self) -> Greedy:
         if self._net is None:
-            from coach.simulator.policies.dl2 import COUNTS_MODEL, load_counts
+            from coach.dl2 import COUNTS_MODEL, load_counts
 
             self._net = load_counts(self.model or COUNTS_MODEL)
         return self._net
@@ -132,7 +132,7 @@ def _decision(round_: CountsRound, i: int, counts, kinds: list[int]) -> Decision
 RUN_POLICIES: dict[str, Policy] = {**POLICIES, "dl2": Dl2RunPolicy()}
 
 #: What `coach train-policy --level run` offers, named here so that parsing the command line does not import the
-#: trainer (coach.app.learn_counts, which imports MXNet): the run-level policies it may imitate, and its rewards
+#: trainer (coach.dl2.learn_run, which imports MXNet): the run-level policies it may imitate, and its rewards
 #: (the keys of learn_counts.REWARDS; tests/unit check that the two agree).
 RUN_TEACHERS = ("coach",)  # run-level policies that decide dynamic jobs' counts (static only repeats the files)
 REWARD_NAMES = ("jct", "progress")
