@@ -10,7 +10,7 @@ or a server) hears the announcement from an `AheadRequest` the driver sends besi
 at an address chosen then, without an id; each host drops a spare that joined ahead when its next request is not
 for that announcement (a function left out keeps it until then). The first step after a deploy is not announced:
 it starts as soon as the workers have warmed up, and a node that joins less than ps-lite's 0.1 s poll before its
-epoch saves nothing (measured: its rendezvous took 0.06-0.09 s with the announcement, as without).
+epoch saves nothing (its rendezvous takes as long with the announcement as without).
 Nothing of an epoch goes with it. Only where the platform says each function is one host process
 (`Platform.joins_ahead`): two processes of one function could each join the same announcement.
 

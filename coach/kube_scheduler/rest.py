@@ -34,7 +34,7 @@ def finish(response) -> None:
 class JsonPoster:
     """POSTs of JSON bodies through the official client's own connection pool, for the calls made once per pod
     (bindings, Scheduled Events): the client's headers, auth and TLS settings, without its generated layer and
-    urllib3's URL parsing on every call, which measured here cost a quarter of the client's CPU per binding.
+    urllib3's URL parsing on every call, which took a large share of the client's CPU per binding.
 
     `post(path, body)` returns (HTTP status, reason, body bytes); network failures raise urllib3's exceptions.
     """

@@ -1,7 +1,8 @@
 """Function hosts forked from a template process that has imported MXNet once, so a host starts in milliseconds.
 
-Why: every host imports MXNet in `init_context`, which costs about 3 CPU-seconds; a job of four functions on two
-cores waited 6-7 s for its hosts before the first calibration step. The template (`python -m
+Why: every host imports MXNet in `init_context`, which costs seconds of CPU; a job of four functions on two
+cores waited seconds for its hosts before the first calibration step (benchmarks/host_start.py measures a fresh
+host against a forked one). The template (`python -m
 coach.platforms.template`) imports MXNet, the Nuclio SDK and the role handlers once, then forks one child per host
 on request; the child becomes `coach.platforms.host` with the request's argv, environment and working directory,
 exactly as a freshly started host would. A request may name another entry module instead (its `main(argv)` runs the

@@ -49,8 +49,8 @@ class VirtualJobModel:
         return self.fixed_s + self.server_overhead_s * (servers - 1) + self.compute_s(workers, servers, fraction)
 
     def setup_s(self, servers: int) -> float:
-        """The fixed part before the training loop (rendezvous, build, broadcast): half of it, as measured for LeNet
-        (about 0.25 s before the loop, 0.2 s after it: validation, save, teardown)."""
+        """The fixed part before the training loop (rendezvous, build, broadcast): half of it, as for LeNet, whose
+        set-up takes about as long as what follows its loop (validation, save, teardown)."""
         return (self.fixed_s + self.server_overhead_s * (servers - 1)) / 2
 
     def run_s(self, workers: int, servers: int, fraction: float, deadline_s: float) -> tuple[float, float]:
