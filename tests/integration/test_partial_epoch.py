@@ -62,8 +62,8 @@ def test_a_budget_that_cuts_the_first_lenet_epoch_records_the_partial_epoch_and_
                                                                                                     make_job, marker):
     # 4 slots at 0.0001: 0.002 pays 5 s, so the deadline is 5 x 0.9 - 0.5 = 4 s; with batches of 4, a LeNet epoch
     # (2 workers, 4,000 digits) trains 500 steps per worker, longer than that even with no one else on this machine
-    # (batches of 8, 250 steps, did finish within it on a fast day), and its loop stops at 3.5 s at the latest (1-2 s
-    # earlier when other jobs slow the set-up down)
+    # (batches of 8, 250 steps, can finish within it on a fast machine), and its loop stops at 3.5 s at the latest
+    # (1-2 s earlier when other jobs slow the set-up down)
     job = make_job(f"{marker}-cut", model=LENET, workers=2, servers=1, max_epochs=3, budget=0.002, batch_size=4,
                    optimizer_params={})
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")

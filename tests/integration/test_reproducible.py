@@ -9,10 +9,9 @@ before the first push (`_await_broadcast`).
 The test repeats a short real epoch that starts without a checkpoint (only such an epoch shows the race: from a
 checkpoint the broadcast happens long before the first push), on the real worker, server and scheduler functions
 (warm hosts of the embedded platform, real HTTP, real ps-lite on loopback), REPEATS times, and wants one and the
-same result every time. Measured with the committed runtime before the fix, through this very harness on 2 shared
-cores, the share of such epochs that came out different varied with the load: 12 of 30, 25 of 50, 11 of 60 and,
-with 2 steps per worker, 9 of 40 (66 of 180). At the lowest of those rates (18%), 40 epochs all agree with
-probability 0.82**40 ≈ 4e-4; at 10%, 0.015. With the fix, 30 of 30 agreed (and 40 of 40 whole LeNet jobs).
+same result every time. Without the fix, through this very harness on 2 shared cores, the share of such epochs
+that came out different varied with the load, and was never much below a fifth. At a fifth, 40 epochs all agree
+with probability 0.8**40 ≈ 1e-4; even at a tenth, 0.015.
 """
 
 from __future__ import annotations
