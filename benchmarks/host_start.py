@@ -1,8 +1,8 @@
 """How long does the embedded platform take to start a function host, and what memory does one hold?
 
-Why: every placed function is a warm host that imports MXNet (about 3 CPU-seconds); a job of four functions on two
-cores waited 6-7 s for its hosts. Hosts are now forked from a template process that imported MXNet once
-(coach/platforms/template.py). This measures both ways, one host at a time on an otherwise idle machine:
+Why: every placed function is a warm host that imports MXNet (seconds of CPU); a job of four functions on two
+cores waited seconds for its hosts when each imported it. Hosts are forked from a template process that imported
+MXNet once (coach/platforms/template.py). This measures both ways, one host at a time on an otherwise idle machine:
 
 - a fresh process, `python -m coach.platforms.host` (as the platform started hosts before), until it prints READY;
 - `LocalPlatform.deploy` through the template: the first host (the template's imports included), then the rest;
