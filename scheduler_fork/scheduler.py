@@ -414,29 +414,43 @@ class Scheduler:
 
     def _select_indexed(self, pod: Pod):
         """Exact Filter + Score over all nodes through the buckets of nodes of one shape. See the module docstring."""
+        feasible, sets, failures = self._feasible_buckets(pod)
+        if not feasible:
+            return None, self._no_fit(failures)
+        overrides, special = self._overrides(pod, feasible)
+        classes, excluded = _score_classes(sets, special)
+        totals = self._class_totals(pod, feasible, classes, overrides)
+        best = max(totals)
+        best_classes = [classes[c] for c, total in enumerate(totals) if total == best]
+        how_many = sum(count for _, _, count in best_classes)
+        pick = self._rng.randrange(how_many) if how_many > 1 else 0
+        return _node_at(pick, best_classes, sets, special, excluded), None
+
+    def _feasible_buckets(self, pod: Pod) -> tuple[list, list, dict[str, int]]:
+        """The shapes whose buckets pass every filter (in bucket order), their buckets, and the nodes of the others
+        counted per reason (for the FitError)."""
         state = self.state
-        buckets = state.buckets
-        feasible: list = []  # the shapes of the buckets that pass every filter, in bucket order
-        sets: list = []  # their nodes
+        feasible: list = []
+        sets: list = []
         failures: dict[str, int] = {}
         filters = [f for f, skip in self._skips if skip is None or not skip(state, pod)]
         for shape in state.bucket_keys:
-            bucket = buckets[shape]
-            for plugin in filters:
-                why = plugin.bucket_filter(state, pod, shape)
-                if why is not None:
-                    add_failure(failures, why, len(bucket.items))
-                    break
+            bucket = state.buckets[shape]
+            why = _bucket_failure(filters, state, pod, shape)
+            if why is not None:
+                add_failure(failures, why, len(bucket.items))
             else:
                 feasible.append(shape)
                 sets.append(bucket)
-        if not feasible:
-            return None, self._no_fit(failures)
+        return feasible, sets, failures
 
-        # Nodes a score plugin scores differently from their bucket, restricted to feasible buckets.
+    def _overrides(self, pod: Pod, feasible: list) -> tuple[list[dict], dict[int, int]]:
+        """Every score plugin's nodes scored differently from their bucket (in `_scores` order), and the *special*
+        ones among them, active and in a feasible bucket: node -> the position of its bucket in `feasible`."""
+        state = self.state
         overrides = []
-        special: dict[int, int] = {}  # node -> the position of its bucket in `feasible`
-        position: dict | None = None
+        special: dict[int, int] = {}
+        position: dict | None = None  # shape -> its position in `feasible`, made only when a plugin names a node
         for plugin, _ in self._scores:
             found = plugin.node_overrides(state, pod) if hasattr(plugin, "node_overrides") else {}
             overrides.append(found)
@@ -447,54 +461,31 @@ class Scheduler:
                     k = position.get(state.shape[node])
                     if k is not None:
                         special[node] = k
-        excluded = [0] * len(feasible)
-        for k in special.values():
-            excluded[k] += 1
+        return overrides, special
 
-        # Score classes: each feasible bucket without its special nodes, and each special node alone, as
-        # (bucket position, special node or -1, nodes in the class); scores are kept by class number.
-        classes: list[tuple[int, int, int]] = []
-        for k, bucket in enumerate(sets):
-            count = len(bucket.items) - excluded[k]
-            if count:
-                classes.append((k, -1, count))
-        for node, k in special.items():
-            classes.append((k, node, 1))
+    def _class_totals(self, pod: Pod, feasible: list, classes: list[tuple[int, int, int]],
+                      overrides: list[dict]) -> list:
+        """Score + NormalizeScore of every plugin, weighted and summed per score class."""
         totals = [0] * len(classes)
         for (plugin, weight), found in zip(self._scores, overrides):
-            per_bucket: dict[int, int] = {}
-            raw = {}
-            for c, (k, node, _) in enumerate(classes):
-                if node >= 0 and node in found:
-                    raw[c] = found[node]
-                    continue
-                value = per_bucket.get(k)
-                if value is None:
-                    value = per_bucket[k] = plugin.bucket_score(state, pod, feasible[k])
-                raw[c] = value
-            for c, value in plugin.normalize(raw).items():
+            for c, value in plugin.normalize(self._class_scores(plugin, pod, feasible, classes, found)).items():
                 totals[c] += weight * value
-        best = max(totals)
-        best_classes = [c for c, total in enumerate(totals) if total == best]
-        how_many = sum(classes[c][2] for c in best_classes)
-        pick = self._rng.randrange(how_many) if how_many > 1 else 0
-        for c in best_classes:
-            k, node, count = classes[c]
-            if pick >= count:
-                pick -= count
+        return totals
+
+    def _class_scores(self, plugin, pod: Pod, feasible: list, classes: list[tuple[int, int, int]],
+                      found: dict) -> dict[int, int]:
+        """One plugin's raw score per class: a special node's override, else its bucket's (asked once per bucket)."""
+        per_bucket: dict[int, int] = {}
+        raw = {}
+        for c, (k, node, _) in enumerate(classes):
+            if node >= 0 and node in found:
+                raw[c] = found[node]
                 continue
-            if node >= 0:
-                return node, None
-            bucket = sets[k]
-            if excluded[k]:
-                skip = sorted(bucket.pos[n] for n, at in special.items() if at == k)
-                for where in skip:
-                    if where <= pick:
-                        pick += 1
-                    else:
-                        break
-            return bucket.items[pick], None
-        raise AssertionError("unreachable: the pick lies in some class")
+            value = per_bucket.get(k)
+            if value is None:
+                value = per_bucket[k] = plugin.bucket_score(self.state, pod, feasible[k])
+            raw[c] = value
+        return raw
 
     def _select_per_node(self, pod: Pod):
         """kube's findNodesThatFitPod + prioritizeNodes + selectHost, node by node."""
@@ -553,6 +544,52 @@ class Scheduler:
             for node, value in plugin.normalize(raw).items():
                 totals[node] += weight * value
         return totals
+
+
+def _bucket_failure(filters: list, state: SchedulingState, pod: Pod, shape) -> str | None:
+    """Why the first filter that fails the bucket of `shape` does (the filters after it are not asked); None when
+    every filter passes."""
+    for plugin in filters:
+        why = plugin.bucket_filter(state, pod, shape)
+        if why is not None:
+            return why
+    return None
+
+
+def _score_classes(sets: list, special: dict[int, int]) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """The score classes: each feasible bucket without its special nodes, then each special node alone, as (bucket
+    position, special node or -1, nodes in the class); and how many special nodes each bucket has."""
+    excluded = [0] * len(sets)
+    for k in special.values():
+        excluded[k] += 1
+    classes: list[tuple[int, int, int]] = []
+    for k, bucket in enumerate(sets):
+        count = len(bucket.items) - excluded[k]
+        if count:
+            classes.append((k, -1, count))
+    for node, k in special.items():
+        classes.append((k, node, 1))
+    return classes, excluded
+
+
+def _node_at(pick: int, classes: list[tuple[int, int, int]], sets: list, special: dict[int, int],
+             excluded: list[int]) -> int:
+    """The node at 0-based position `pick` of `classes` taken in order (a bucket's class leaves out its special
+    nodes)."""
+    for k, node, count in classes:
+        if pick >= count:
+            pick -= count
+            continue
+        if node >= 0:
+            return node
+        bucket = sets[k]
+        if excluded[k]:
+            for where in sorted(bucket.pos[n] for n, at in special.items() if at == k):
+                if where > pick:
+                    break
+                pick += 1  # a special node before the pick: the pick is one further on
+        return bucket.items[pick]
+    raise AssertionError("unreachable: the pick lies in some class")
 
 
 __all__ = ["Scheduler", "feasible_nodes_to_find"]
