@@ -1,18 +1,19 @@
 # Two entry points: `make demo` and `make test`. Both build .venv from nothing. `make demo-k8s` runs LeNet on
 # the Kubernetes + Nuclio stack, all of it on loopback (a real etcd, kube-apiserver and kube-scheduler built
-# from source, the test double of Nuclio's dashboard, moto's S3, coach scheduler).
+# from source, the test double of Nuclio's dashboard, moto's S3, coach scheduler). `make check` is the fast loop to
+# run before every commit (lint, types, import contracts and the tests not marked slow).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-k8s test venv controlplane chromium clean
+.PHONY: demo demo-k8s test check venv controlplane chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[run,test]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -25,6 +26,20 @@ demo-k8s: venv controlplane
 
 test: venv chromium controlplane
 	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores
+
+# The fast loop: lint (ruff), types (mypy), the import contracts and every test not marked `slow` (tests/conftest.py
+# marks them), in well under 2 minutes on 2 cores. Needs no control plane, no Chromium, no apt.
+check: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# No function above cyclomatic complexity 20 (xenon's grade C) in the product: past that, a function is hard to
+# change safely. `.venv/bin/radon cc -s -n D coach coach_functions scheduler_fork` lists the offenders.
+.PHONY: complexity
+complexity: venv
+	$(BIN)/xenon --max-absolute C coach coach_functions scheduler_fork
 
 # The suite's Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl of one release), built
 # with the machine's Go from tests/controlplane/go.mod through the Go module proxy; cached per pinned version

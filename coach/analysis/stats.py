@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from coach.analysis import DEFAULT_TEST
 from coach.analysis.power import ALPHA, POWER, detectable_effect
 
 MIN_SAMPLES_PER_SIDE = 2  # below this no test, and no standard deviation, means anything
@@ -144,7 +145,7 @@ TESTS: dict[str, StatTest] = {
                             extra_effects={"rank_biserial": rank_biserial},
                             needs_spread=False),
 }
-DEFAULT_TEST = "welch"
+
 
 
 def run_test(name: str, a: Sequence[float], b: Sequence[float]) -> TestResult:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import unquote, urlparse
 
+from coach.domain.kube import DEFAULT_IMAGE
 from coach.domain.cluster import ClusterSpec
 from coach.placement.in_process import InProcessPlacement
 from coach.platforms.local import LocalPlatform
@@ -20,7 +21,6 @@ from coach.ports import CheckpointStore, Placement, Platform
 from coach.storage.checkpoints import FileCheckpointStore
 from coach.storage.s3 import S3CheckpointStore
 
-DEFAULT_IMAGE = "coach-functions:latest"  # the function image (coach_functions/Dockerfile) a Nuclio site deploys
 
 
 @dataclass(frozen=True)

@@ -45,3 +45,6 @@ FAILED_SCHEDULING = "FailedScheduling"
 
 #: Nuclio label the dashboard puts on a function's Deployment and pods.
 NUCLIO_FUNCTION_LABEL = "nuclio.io/function-name"
+
+#: The function image (coach_functions/Dockerfile) a Nuclio site deploys unless `--image` names another.
+DEFAULT_IMAGE = "coach-functions:latest"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
+from coach.policy import DEFAULT_POLICY
 from coach.domain.jobs import JobSpec
 from coach.estimates.cost import predicted_cost
 from coach.policy.history import History
@@ -145,6 +146,5 @@ class CoachPolicy:
 
 #: Every run-level policy, by the name `coach run --policy` takes.
 POLICIES: Mapping[str, Policy] = {"coach": CoachPolicy(), "static": StaticPolicy()}
-DEFAULT_POLICY = "coach"
 
 __all__ = ["POLICIES", "DEFAULT_POLICY", "ClusterView", "JobView", "Counts", "Wait", "Decision", "Policy"]

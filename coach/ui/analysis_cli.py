@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coach.ui.errors import BadInput, fail, integer, percent
+from coach.analysis import DEFAULT_TEST
+from coach.ui.errors import BadInput, LazyChoices, fail, integer, percent
 
 #: Most runs per cell `coach experiment --repeat` may ask for (the matrix's `repeat` has the same bound).
 MAX_REPEAT = 100
@@ -217,14 +218,18 @@ def cmd_report(args) -> int:
 # --------------------------------------------------------------------------- wiring
 
 
+def _test_names() -> list[str]:
+    from coach.analysis.stats import TESTS
+
+    return list(TESTS)
+
+
 def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
     """Add the analysis sub-commands to the `coach` parser's subparsers.
 
     `subparser(sub, name, **options)` makes each sub-command's parser (coach.ui.cli passes its own, so that help
     keeps its line breaks); `epilog` ends each one's help (the exit codes).
     """
-    from coach.analysis.stats import DEFAULT_TEST, TESTS
-
     def make(name: str, **options):
         options = {**options, "epilog": epilog} if epilog else options
         return subparser(sub, name, **options) if subparser else sub.add_parser(name, **options)
@@ -248,8 +253,8 @@ def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
     compare = make("compare", help="test whether two runs, experiments or groups of cells differ in JCT")
     compare.add_argument("a", metavar="A", help="RUN_DIR, EXPERIMENT_DIR, EXPERIMENT_DIR/CELL or EXPERIMENT_DIR:KEY=VALUE[,...]")
     compare.add_argument("b", metavar="B", help="the same forms as A")
-    compare.add_argument("--test", choices=sorted(TESTS), default=DEFAULT_TEST,
-                         help="statistical test (default: %(default)s)")
+    compare.add_argument("--test", choices=LazyChoices(_test_names), default=DEFAULT_TEST, metavar="TEST",
+                         help="statistical test: %(choices)s (default: %(default)s)")
     compare.add_argument("--out", metavar="DIR",
                          help="folder for compare.json and the plots (default: compare-<stamp>/ in A's experiment "
                               "folder, or beside A's run folder)")

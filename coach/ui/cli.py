@@ -15,9 +15,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from coach.domain.kube import DEFAULT_IMAGE
 from coach.inputs.jobs import MAX_MONEY
 from coach.inputs.limits import one_line, short
-from coach.ui.errors import EXIT_INTERRUPTED, BadInput, Parser, fail as _fail, integer, number
+from coach.policy import DEFAULT_POLICY
+from coach.ui.errors import EXIT_INTERRUPTED, EXIT_MISSING_EXTRA, BadInput, LazyChoices, Parser, fail as _fail, integer, number
 from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say, say_cluster, stdout_closed
 from scheduler_fork import PROFILES
 
@@ -35,6 +37,7 @@ exit codes:
   0    every job ended by target_loss, max_epochs or budget (or the command did what it was asked)
   1    a job failed (after its retries), diverged, or could not be placed; the other jobs still ran
   2    bad input: one line per problem on stderr; nothing was started or written
+  3    this installation lacks an optional extra the command needs (pip install 'coach[run]')
   130  interrupted by Ctrl-C or SIGTERM
 """
 
@@ -96,13 +99,7 @@ def dns_label(text: str) -> str:
 def _platforms() -> list[str]:
     from coach.app.compose import PLATFORMS
 
-    return sorted(PLATFORMS)
-
-
-def _default_image() -> str:
-    from coach.app.compose import DEFAULT_IMAGE
-
-    return DEFAULT_IMAGE
+    return list(PLATFORMS)
 
 
 def cmd_run(args) -> int:
@@ -249,12 +246,6 @@ def _policies():
     return POLICIES
 
 
-def _default_policy() -> str:
-    from coach.policy.run_policy import DEFAULT_POLICY
-
-    return DEFAULT_POLICY
-
-
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -291,14 +282,16 @@ def run_options(parser: argparse.ArgumentParser) -> None:
                         default=30.0, metavar="S",
                         help="seconds a job waits for its quorum before it gives its slots back and requeues; "
                              f"0 < S <= {MAX_PLACEMENT_TIMEOUT_S} (default: %(default)g)")
-    parser.add_argument("--policy", choices=sorted(_policies()), default=_default_policy(),
-                        help="run-level policy deciding every job's workers and servers (default: %(default)s)")
+    parser.add_argument("--policy", choices=LazyChoices(_policies), default=DEFAULT_POLICY, metavar="POLICY",
+                        help="run-level policy deciding every job's workers and servers: %(choices)s "
+                             "(default: %(default)s)")
     parser.add_argument("--checkpoints", metavar="URL", type=store_url,
                         help="checkpoint store every function reaches: s3://bucket/prefix (endpoint and credentials "
                              "from the AWS_* environment variables) or a folder (default: the run folder's "
                              "checkpoints/)")
-    parser.add_argument("--platform", choices=_platforms(), default="local",
-                        help="where functions run: local warm hosts, or Nuclio on Kubernetes with their pods bound "
+    parser.add_argument("--platform", choices=LazyChoices(_platforms), default="local", metavar="PLATFORM",
+                        help="where functions run, %(choices)s: local warm hosts, or Nuclio on Kubernetes with "
+                             "their pods bound "
                              "by `coach scheduler` (default: %(default)s)")
     parser.add_argument("--dashboard", metavar="URL", type=http_url,
                         help="the Nuclio dashboard (required with --platform nuclio; no default)")
@@ -306,7 +299,7 @@ def run_options(parser: argparse.ArgumentParser) -> None:
                         help="kubeconfig of the cluster's kube-apiserver (required with --platform nuclio; no default)")
     parser.add_argument("--namespace", metavar="NS", type=dns_label, default="default",
                         help="Kubernetes namespace of the functions and PodGroups (default: %(default)s)")
-    parser.add_argument("--image", metavar="IMAGE", default=_default_image(),
+    parser.add_argument("--image", metavar="IMAGE", default=DEFAULT_IMAGE,
                         help="the function image the dashboard deploys (default: %(default)s)")
 
 
@@ -412,6 +405,19 @@ def _file_error(error: OSError | UnicodeDecodeError) -> str:
     return f"{where}: (file): {error.strerror or error}"
 
 
+def _missing_extra(command: str | None, error: ModuleNotFoundError) -> int:
+    """One line saying which extra to install; a module no extra brings is a bug, so its traceback stays."""
+    from coach.ui.extras import extra_providing
+
+    extra = extra_providing(error.name)
+    if extra is None:
+        raise error
+    where = "coach" if command is None else f"coach {command}"
+    print(f"{where}: needs Coach's `{extra}` extra (no module named {error.name!r}): "
+          f"pip install 'coach[{extra}]'", file=sys.stderr)
+    return EXIT_MISSING_EXTRA
+
+
 def main(argv=None) -> int:
     """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included)."""
     try:
@@ -421,6 +427,8 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `coach --help | head -1`
         stdout_closed()
         return 1
+    except ModuleNotFoundError as error:  # a registry read for an option's choices, without the extra it needs
+        return _missing_extra(None, error)
     try:
         return args.func(args)
     except BadInput as error:
@@ -430,6 +438,8 @@ def main(argv=None) -> int:
         return 1
     except (OSError, UnicodeDecodeError) as error:  # a user's file that no check foresaw: one line, no traceback
         return _fail([_file_error(error)])
+    except ModuleNotFoundError as error:  # an install without the extra this command needs (the scheduler image)
+        return _missing_extra(args.command, error)
     except KeyboardInterrupt:
         print("coach: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Callable, NoReturn
 
 from coach.inputs.limits import one_line, short
@@ -23,6 +23,8 @@ from coach.inputs.limits import one_line, short
 EXIT_BAD_INPUT = 2
 #: Exit code of a command stopped by Ctrl-C or SIGTERM.
 EXIT_INTERRUPTED = 130
+#: Exit code of a command this installation cannot run: an optional extra it needs is not installed.
+EXIT_MISSING_EXTRA = 3
 #: Longest error line printed, and most lines printed for one refusal.
 MAX_LINE_CHARS = 1000
 MAX_LINES = 100
@@ -48,6 +50,29 @@ def fail(lines: Iterable[str]) -> int:
     if len(lines) > MAX_LINES:
         print(f"... and {len(lines) - MAX_LINES} more problems", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+class LazyChoices:
+    """argparse `choices=` read from a registry only when an option is parsed or its help shown, so that building
+    the parser imports no registry (and `coach --version`, `coach scheduler` need none of MXNet's stack)."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]):
+        self._names = names
+        self._loaded: list[str] | None = None
+
+    def _load(self) -> list[str]:
+        if self._loaded is None:
+            self._loaded = sorted(self._names())
+        return self._loaded
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._load()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
 
 
 class Parser(argparse.ArgumentParser):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
-from coach.ui.errors import fail, integer, number
+from coach.ui.errors import LazyChoices, fail, integer, number
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
@@ -125,8 +125,13 @@ def _progress(quiet: bool):
     return progress, on_round
 
 
-def add_commands(sub, subparser, epilog: str) -> None:
+def _policy_names() -> list[str]:
     from coach.simulator.policies import POLICIES
+
+    return list(POLICIES)
+
+
+def add_commands(sub, subparser, epilog: str) -> None:
     from scheduler_fork import PROFILES
 
     simulate = subparser(sub, "simulate", epilog=epilog,
@@ -136,8 +141,8 @@ def add_commands(sub, subparser, epilog: str) -> None:
                                "(timestamp,duration,num_gpus,gpu_time,cluster)")
     simulate.add_argument("--cluster", default="16x4", metavar="NxG|FILE",
                           help="N nodes of G GPUs, or a cluster file whose slots are GPUs (default: %(default)s)")
-    simulate.add_argument("--policy", required=True, choices=sorted(POLICIES),
-                          help="scheduling policy (required, no default)")
+    simulate.add_argument("--policy", required=True, choices=LazyChoices(_policy_names), metavar="POLICY",
+                          help="scheduling policy: %(choices)s (required, no default)")
     simulate.add_argument("--scheduler", choices=sorted(PROFILES), default="gang",
                           help="scheduler_fork profile that places the replicas (default: %(default)s)")
     simulate.add_argument("--interval", type=number(1.0, MAX_INTERVAL_S), default=60.0, metavar="S",

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from coach.ui.errors import fail, integer
+from coach.ui.errors import LazyChoices, fail, integer
 
 MAX_SEED = 2**32 - 1
 
@@ -92,18 +92,29 @@ def cmd_train_policy(args) -> int:
     return 0
 
 
-def add_commands(sub, subparser, epilog: str) -> None:
+def _teacher_names() -> set[str]:
+    from coach.dl2.run_policy import RUN_TEACHERS
     from coach.simulator.policies import teachers
 
-    from coach.dl2.run_policy import REWARD_NAMES, RUN_TEACHERS
+    return set(teachers()) | set(RUN_TEACHERS)
+
+
+def _reward_names() -> list[str]:
+    from coach.dl2.run_policy import REWARD_NAMES
+
+    return list(REWARD_NAMES)
+
+
+def add_commands(sub, subparser, epilog: str) -> None:
 
     train = subparser(sub, "train-policy", epilog=epilog,
                       help="train the learned dl2 policy: imitate an existing policy, then reinforcement learning")
     train.add_argument("--level", choices=sorted(TRAINERS), default="cluster",
                        help="cluster: the simulator's GPU jobs (`coach simulate --policy dl2`); run: Coach's own "
                             "jobs, workers and servers (`coach run --policy dl2`) (default: %(default)s)")
-    train.add_argument("--imitate", required=True, choices=sorted(set(teachers()) | set(RUN_TEACHERS)),
-                       help="the policy whose decisions the network learns first: an elastic simulator policy for "
+    train.add_argument("--imitate", required=True, choices=LazyChoices(_teacher_names), metavar="POLICY",
+                       help="the policy whose decisions the network learns first (%(choices)s): an elastic simulator "
+                            "policy for "
                             "--level cluster, coach for --level run (required, no default)")
     train.add_argument("--workloads", nargs="+", metavar="CSV",
                        help="workload CSVs to train on (--level cluster only, and required there, no default; keep "
@@ -125,8 +136,8 @@ def add_commands(sub, subparser, epilog: str) -> None:
                             "at most this many jobs started together (--level run, at least 4, default: 10)")
     train.add_argument("--horizon-rounds", type=integer(1, 1_000_000), metavar="N",
                        help="scheduling rounds per episode at most (--level cluster only; default: 120)")
-    train.add_argument("--reward", choices=sorted(REWARD_NAMES),
-                       help="--level run only: a round's reward, the jobs' epoch progress until the next round "
+    train.add_argument("--reward", choices=LazyChoices(_reward_names), metavar="REWARD",
+                       help="--level run only (%(choices)s): a round's reward, the jobs' epoch progress until the next round "
                             "(DL2's) or minus the job-minutes spent unfinished (default: progress)")
     train.add_argument("--teacher-episodes", type=integer(1, 1_000_000), metavar="N",
                        help="--level run only: episodes the imitated policy decides (default: 200)")

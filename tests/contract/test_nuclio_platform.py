@@ -356,7 +356,7 @@ def test_close_deletes_every_function_it_created(make_platform, core, dashboard)
     assert platform.create(WORKER).message == "platform is shutting down"
 
 
-@pytest.mark.integration  # four hosts at once: several seconds on two cores
+@pytest.mark.slow  # four hosts at once: several seconds on two cores
 def test_concurrent_deploys_of_a_job(platform, core):
     ids = [SCHEDULER, FunctionId("lenet", Role.SERVER, 0), WORKER, FunctionId("lenet", Role.WORKER, 1)]
     for fid in ids:
@@ -391,7 +391,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 def test_dockerfile_pins_agree_with_pyproject():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     pinned = {Requirement(text).name.lower(): Requirement(text).specifier for text in
-              project["project"]["dependencies"]}
+              project["project"]["dependencies"] + project["project"]["optional-dependencies"]["run"]}
     installed = {}
     for instruction, arguments in dockerfile_instructions():
         if instruction == "RUN" and "pip install" in arguments:
