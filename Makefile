@@ -43,7 +43,7 @@ complexity: venv
 
 # The suite's Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl of one release), built
 # with the machine's Go from tests/controlplane/go.mod through the Go module proxy; cached per pinned version
-# under ~/.cache/coach/controlplane (about 8 minutes on 2 cores the first time, nothing after).
+# under ~/.cache/coach/controlplane (minutes the first time, benchmarks/results.md has the figure; nothing after).
 controlplane: venv
 	$(BIN)/python -m tests.controlplane.build
 

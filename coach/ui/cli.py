@@ -23,7 +23,7 @@ from coach.ui.errors import EXIT_INTERRUPTED, EXIT_MISSING_EXTRA, BadInput, Lazy
 from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say, say_cluster, stdout_closed
 from scheduler_fork import PROFILES
 
-#: Bounds of the numeric options (README's Commands section lists them).
+#: Bounds of the numeric options (docs/commands.md, "Numeric options", lists them).
 MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600  # a week
 MAX_FREE_SLOTS = 100_000 * 100_000  # the largest cluster: 100,000 nodes x 100,000 slots
 MAX_BENCH_NODES = 100_000
