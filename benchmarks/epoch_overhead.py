@@ -53,7 +53,7 @@ from coach.domain.invocation import Reply  # noqa: E402
 from coach.platforms.local import LocalPlatform  # noqa: E402
 from coach.app.run import run_jobs  # noqa: E402
 
-GOAL = 1.15  # issue 13: at most 1.15 (it was 1.3 before)
+GOAL = 1.15  # issue 13: at most 1.15
 QUIET_SHARE = 0.10  # other processes' share of the CPUs below which a side may start
 NOISY_SHARE = 0.05  # other processes' share during a side above which it counts as disturbed
 
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
             print(f"bare, median over epochs 2..: epoch {bare_epoch:.3f} s = training loop "
                   f"{median([r['compute_s'] for r in bare_later]):.3f} s + validation {bare_fixed:.3f} s")
             print("(benchmarks/coach_epoch_profile.py splits the worker child's rest into its segments)")
-            # The two sides run one after the other, and this machine's speed drifts by 10-20% within minutes: the
+            # The two sides run one after the other, and this machine's speed drifts noticeably within minutes: the
             # training loop (the same code on both sides) then moves the ratio more than Coach does. Beside the
             # plain ratio, the one with the loop's drift removed: each side's time beyond its loop, on the bare
             # side's epoch.

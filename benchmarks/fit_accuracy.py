@@ -6,8 +6,8 @@ measure  runs a real job through Coach: dynamic runs for its calibration (the po
          coach.policy.planning.CALIBRATION_POINTS, on a slice of the data) and static runs of full epochs at
          several (workers, servers). `--calibrations N` (default 3) runs N independent calibrations, spread
          evenly between the points: one calibration is one draw of a noisy measurement (on a shared 2-vCPU VM one
-         vCPU can run the same work at half speed for seconds, see benchmarks/README.md), so one alone says little
-         about how far the fit is off in general.
+         vCPU can run the same work at half speed for seconds, see benchmarks/machine_noise.py), so one alone says
+         little about how far the fit is off in general.
          It saves what it measured (calibration log lines and every epoch's time per point) to a JSON file,
          e.g. benchmarks/data/fit_points_lenet.json. Run it under the shared lock on an otherwise idle machine:
 

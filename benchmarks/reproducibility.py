@@ -23,16 +23,12 @@ through fork); nothing in the repository is modified.
                     first values of the last parameter and its summed gradient); ranks that disagree after that
                     step show which parameter the race hit, and on which rank
 
-Measured (2 shared cores, LeNet, 2 workers, 1 server, seed 0; see README "Determinism"). Runs at 1.570404:
-
-    unsynced        20 of 24 (3 concurrent jobs per run)
-    diagnose        61 of 74; the 11 wrong runs that could be told had a parameter wrong after step 1 already
-                    (key 7, once key 2), and in the 3 that logged it the wrong worker's parameter was exactly
-                    G * (1 - lr / 128), G the summed gradient: it had started the step from G
-    waitall-after   21 of 30: a waitall after every step does not remove the race
-    init-data       11 of 11
-    current         40 of 40, with 2 epochs each (1.570404, 0.374515)
-    head, 8 epochs  3 of 4; the fourth began at 3.240204 and stayed at 2.30 (ln 10: a dead network)
+What the variants show (2 shared cores, LeNet, 2 workers, 1 server, seed 0; the guarantee is docs/models.md,
+"Determinism"): `unsynced` and `waitall-after` give some runs another epoch-1 loss (a waitall after every step
+does not remove the race); `diagnose` shows that such a run had a parameter wrong after step 1 already, the
+wrong worker having started the step from the summed gradient G (its parameter exactly G * (1 - lr / global
+batch)); `init-data` and `current` give every run the same losses. The current figure is in
+benchmarks/results.md.
 
     .venv/bin/python benchmarks/reproducibility.py --runs 10 --jobs 3 --epochs 1 [--variant unsynced]
 

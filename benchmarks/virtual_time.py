@@ -14,7 +14,7 @@ Prints, per policy, the wall seconds (best and median of --repeat), jobs/s, even
 makespan and how the jobs ended. The goal applies to the static case. The coach figure (dynamic jobs: five
 calibration mini-epochs each, then a run-wide plan before every epoch) is a second figure at its own, smaller
 size (--coach-jobs x --coach-epochs): the coach policy refits every planned job's curves in every round, so
-200 x 30 would take hours today (see benchmarks/README.md).
+200 x 30 would take hours.
 """
 
 from __future__ import annotations

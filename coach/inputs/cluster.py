@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -88,7 +89,8 @@ def parse_cluster(data, source: str) -> ClusterSpec:
 def _parse_nodes(data: dict, source: str, default_ok: bool, errors: list[str]) -> list[NodeSpec]:
     """The nodes that are valid; the problems of the others in `errors`, one line for all nodes without a price."""
     raw_nodes = _node_list(data.get("nodes"), source, errors)
-    nodes, seen = [], set()
+    nodes: list[NodeSpec] = []
+    seen: set[str] = set()
     for i, raw in enumerate(raw_nodes):
         node = _parse_node(raw, f"{source}: nodes[{i}]", data, default_ok, seen, errors)
         if node is not None:
@@ -139,7 +141,7 @@ def _node_name(name, where: str, seen: set[str], errors: list[str]) -> str | Non
     return name
 
 
-def _node_price(raw: dict, where: str, data: dict, default_ok: bool, errors: list[str]) -> tuple[object, bool]:
+def _node_price(raw: dict, where: str, data: dict, default_ok: bool, errors: list[str]) -> tuple[Any, bool]:
     """A node's price and whether it is valid: its own, else the top level's (whose problem is reported once,
     by parse_cluster); (None, False) when neither is given (reported once for all such nodes, by _parse_nodes)."""
     if "price_per_slot_s" in raw:

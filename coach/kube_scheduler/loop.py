@@ -245,41 +245,52 @@ class KubeScheduler:
         return self._last_now_s
 
     def _apply(self, item, now_s: float) -> None:
-        mirror = self.mirror
+        """One item of the informers' or the binder's queue, into the mirror."""
         if isinstance(item, Change):
-            if item.kind == "pods":
-                pod = pod_info(item.obj)
-                ours = coachs(pod, self.config.namespace)
-                if item.type == "DELETED":
-                    (mirror.delete_pod if ours else mirror.delete_other)(pod.key)
-                else:
-                    (mirror.apply_pod if ours else mirror.apply_other)(pod)
-            elif item.kind == "nodes":
-                node = node_info(item.obj)
-                if item.type == "DELETED":
-                    mirror.delete_node(node.name)
-                else:
-                    self._warn_node(node)
-                    mirror.apply_node(node)
-            elif item.type == "DELETED":
-                mirror.delete_group(group_info(item.obj).key)
-            else:
-                mirror.apply_group(group_info(item.obj))
+            self._apply_change(item)
         elif isinstance(item, Replace):
-            if item.kind == "pods":
-                pods = [pod_info(obj) for obj in item.items]
-                ns = self.config.namespace
-                mirror.replace_pods(pod for pod in pods if coachs(pod, ns))
-                mirror.replace_others(pod for pod in pods if not coachs(pod, ns))
-            elif item.kind == "nodes":
-                nodes = [node_info(obj) for obj in item.items]
-                for node in nodes:
-                    self._warn_node(node)
-                mirror.replace_nodes(nodes)
-            else:
-                mirror.replace_groups(group_info(obj) for obj in item.items)
+            self._apply_replace(item)
         elif isinstance(item, BindOutcome):
             self._outcome(item, now_s)
+
+    def _apply_change(self, item: Change) -> None:
+        """A watch event: one pod (Coach's or another scheduler's), node or pod group added, modified or deleted."""
+        mirror = self.mirror
+        deleted = item.type == "DELETED"
+        if item.kind == "pods":
+            pod = pod_info(item.obj)
+            ours = coachs(pod, self.config.namespace)
+            if deleted:
+                (mirror.delete_pod if ours else mirror.delete_other)(pod.key)
+            else:
+                (mirror.apply_pod if ours else mirror.apply_other)(pod)
+        elif item.kind == "nodes":
+            node = node_info(item.obj)
+            if deleted:
+                mirror.delete_node(node.name)
+            else:
+                self._warn_node(node)
+                mirror.apply_node(node)
+        elif deleted:
+            mirror.delete_group(group_info(item.obj).key)
+        else:
+            mirror.apply_group(group_info(item.obj))
+
+    def _apply_replace(self, item: Replace) -> None:
+        """A fresh list of one kind (after a watch's 410 Gone, or at start): the mirror's view of it replaced."""
+        mirror = self.mirror
+        if item.kind == "pods":
+            pods = [pod_info(obj) for obj in item.items]
+            ns = self.config.namespace
+            mirror.replace_pods(pod for pod in pods if coachs(pod, ns))
+            mirror.replace_others(pod for pod in pods if not coachs(pod, ns))
+        elif item.kind == "nodes":
+            nodes = [node_info(obj) for obj in item.items]
+            for node in nodes:
+                self._warn_node(node)
+            mirror.replace_nodes(nodes)
+        else:
+            mirror.replace_groups(group_info(obj) for obj in item.items)
 
     def _warn_node(self, node) -> None:
         old = self.mirror.nodes.get(node.name)

@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Mapping
+from typing import Any, Mapping
 
 from coach.domain.cluster import ClusterSpec
-from coach.domain.contracts import Hyper
+from coach.domain.contracts import Hyper, WorkerReply
 from coach.domain.identity import (FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts,
                                    slots_for)
 from coach.domain.deadlines import STOP_RESERVE_S
@@ -119,7 +119,7 @@ class _Diverged:
     detail: str  # what was not finite, for the closing line's error
 
 
-def _judge_replies(job: str, replies: list, workers: int, event: ev.EpochDone) -> EpochMetrics | Failure | _Diverged:
+def _judge_replies(job: str, replies: list[WorkerReply], workers: int, event: ev.EpochDone) -> EpochMetrics | Failure | _Diverged:
     """A finished step's metrics when its replies hold together; else why not, as data: diverged, or a failed
     attempt (a deadline before the first training step, replies that disagree, a non-finite number, no checkpoint).
     """
@@ -533,12 +533,13 @@ class JobLifecycle:
             return self._failed(event.now_s, judged, cost, slot_s)
         return self._step_done(event, used, replies, judged, cost)
 
-    def _step_done(self, event: ev.EpochDone, used: tuple[FunctionId, ...], replies: list, metrics: EpochMetrics,
-                   cost: float) -> list[cmd.Command]:
+    def _step_done(self, event: ev.EpochDone, used: tuple[FunctionId, ...], replies: list[WorkerReply],
+                   metrics: EpochMetrics, cost: float) -> list[cmd.Command]:
         """A step whose replies hold: learn from it, write its line, then stop or go on to the next step."""
         counts = role_counts(used)
         workers, servers = counts[Role.WORKER], counts[Role.SERVER]
         step, spec = self.step, self.spec
+        assert event.checkpoint, "_judge_replies refuses a step without its checkpoint"
         stopped = any(r.stopped_early for r in replies)  # the deadline came first
         done = _epoch_share(replies) if stopped else 1.0  # the share of the step's data the workers trained on
         fraction = step.data_fraction * done
@@ -586,7 +587,7 @@ class JobLifecycle:
                                  cumulative_cost=history.spent, budget=spec.budget, predicted_next_cost=None))
 
     def _step_record(self, event: ev.EpochDone, used: tuple[FunctionId, ...], metrics: EpochMetrics, cost: float,
-                     reason: str | None, extra: Mapping) -> EpochRecord:
+                     reason: str | None, extra: Mapping[str, Any]) -> EpochRecord:
         """The line of a finished step, written once the history holds it."""
         step, spec = self.step, self.spec
         counts = role_counts(used)

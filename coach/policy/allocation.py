@@ -343,7 +343,7 @@ class _Allocator:
                 self._settle(index, demand.current)
 
     def _settle(self, index: int, current: tuple[int, int]) -> None:
-        grown, last = self.counts[index], tuple(current)
+        grown, last = self.counts[index], (current[0], current[1])  # a list read from JSON compares as a tuple
         anchor = self._anchor(index, last, grown)
         here = self._here(index, anchor, last)
         if grown == anchor:
