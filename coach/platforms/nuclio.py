@@ -22,7 +22,6 @@ only when the job's other pods exist too, so waiting inside one create would wai
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import threading
 import time
@@ -37,6 +36,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from coach.domain.addresses import is_loopback
 from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import DEPLOY, ERROR, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
@@ -86,13 +86,6 @@ def first_line(response: requests.Response) -> str:
     text = body.get("error") if isinstance(body, dict) and body.get("error") else response.text
     lines = str(text).strip().splitlines()
     return lines[0][:300] if lines else f"HTTP {response.status_code}"
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def kube_pod_address(api_client, namespace: str) -> Callable[[FunctionId], str | None]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
+
+from coach.domain.addresses import is_loopback
 
 BODY_TIMEOUT_S = 30.0  # a client that has not sent its whole body by then is answered 408
 PUBLIC_PATHS = ("/", "/favicon.ico")
@@ -26,16 +27,6 @@ def host_name(host: str) -> str:
     if host.startswith("["):
         return host[1:host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and `localhost`; a name is not resolved (anything else needs a token)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 async def _answer(send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
@@ -97,7 +88,7 @@ class Guard:
             return await self.app(scope, receive, send)
         try:
             body = await asyncio.wait_for(self._body(receive), self.body_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return await _answer(send, 408, f"{path}: the request body did not arrive within "
                                             f"{self.body_timeout_s:g} s")
         if body is None:  # the client went away

@@ -16,7 +16,7 @@ TOKEN_ENV = "COACH_TOKEN"
 
 def cmd_serve(args) -> int:
     from coach.app.run import RunConfig
-    from coach.service.security import is_loopback
+    from coach.domain.addresses import is_loopback
     from coach.service.server import Listen, bind, serve
     from coach.service.session import ServedRun, Unservable
     from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say_cluster

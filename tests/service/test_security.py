@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coach.service.security import is_loopback
+from coach.domain.addresses import is_loopback
 from coach.ui.cli import main
 from tests.service.conftest import job_text
 
