@@ -1,22 +1,29 @@
-"""The `dl2` simulator policy: a trained actor-critic network, acting greedily. Pure apart from reading its model.
+"""The `dl2` cluster-simulator policy: a trained actor-critic network, acting greedily. Pure apart from reading its
+model file once, when the policy is made.
 
-Each round it looks at the window (features.Round) and repeatedly takes the network's most likely legal action,
+Each round it looks at the window (cluster_round.Round) and repeatedly takes the network's most likely legal action,
 one more GPU for one job or STOP, until it stops or no GPU is free. Every job given GPUs runs at the user's batch
 size fitted to them (DL2 does not tune batch sizes). Greedy and numpy-only at decision time: deterministic.
+
+`dl2(seed)` and `dl2_imitation(seed)` are the factories coach.simulator.policies registers; they import MXNet only
+when called, so that listing the policies stays cheap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from coach.simulator.policies.common import requested_grant
+from coach.dl2 import DEFAULT_MODEL, IMITATION_MODEL, ModelFileError
 from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
-from coach.dl2.network import NumpyNet, load_network
+from coach.simulator.policies.common import requested_grant
 from coach.simulator.view import ClusterSnapshot, Grant
+
+if TYPE_CHECKING:
+    from coach.dl2.network import NumpyNet
 
 
 def decide(net: NumpyNet, round_: Round) -> np.ndarray:
@@ -50,4 +57,26 @@ class Dl2:
 def load_policy(model: Path, window: int = WINDOW) -> Dl2:
     """The policy of the model file at `model`; ModelFileError (one line naming the file) if it is missing or
     does not fit."""
+    from coach.dl2.network import NumpyNet, load_network
+
     return Dl2(NumpyNet.of(load_network(model)), window)
+
+
+def dl2(seed: int, model: Path = DEFAULT_MODEL) -> Dl2:
+    """The `dl2` policy on `model` (greedy, so `seed` is unused). ModelFileError (a ValueError whose one line names
+    the file and says how to train one) when the file is missing or does not fit."""
+    del seed
+    model = Path(model)
+    if not model.is_file():
+        raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --imitate drf "
+                             f"--workloads WORKLOAD.csv... --out {model}`")
+    return load_policy(model)
+
+
+def dl2_imitation(seed: int) -> Dl2:
+    """The `dl2-imitation` policy: the shipped training's network before reinforcement learning."""
+    return dl2(seed, IMITATION_MODEL)
+
+
+#: A factory marked learned is no teacher: imitating a network would only copy what it copied.
+dl2.learned = dl2_imitation.learned = True  # type: ignore[attr-defined]

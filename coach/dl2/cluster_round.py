@@ -1,4 +1,5 @@
-"""What the DL2 policy network sees: one round's state as numbers, and which actions are legal. Pure.
+"""What the DL2 network sees of the cluster simulator's GPU jobs: one round's state as numbers, and which actions
+are legal. Pure.
 
 A round is a sequence of decisions over a *window*: the first WINDOW active jobs in arrival order (jobs beyond it
 get nothing this round). Every decision picks one action, `i` (one more GPU for window job i) or STOP (index
@@ -20,11 +21,11 @@ application is memoised in a cache the caller keeps (throughput does not change 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import MutableMapping
 
 import numpy as np
 
+from coach.dl2.observation import Observation, Shape
 from coach.simulator.policies.common import fit_batch, gpu_cap, requested_gpus
 from coach.simulator.view import AppModel, ClusterSnapshot, JobView, packed_nodes
 
@@ -41,31 +42,8 @@ _CAP = 10.0  # every feature is clipped to [-_CAP, _CAP] (an infinite remaining 
 SpeedCache = MutableMapping[tuple[int, int, int, int], tuple[AppModel, float]]
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What a network reads and answers: per-job and global feature widths, action kinds per job."""
-
-    job_features: int = JOB_FEATURES
-    global_features: int = GLOBAL_FEATURES
-    kinds: int = 1
-
-
-#: the simulator's GPU jobs (Round)
-GPU_SHAPE = Shape()
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One decision's input, for `n` window jobs (no padding: batches pad, see `pad`)."""
-
-    jobs: np.ndarray  # (n, job features) float32
-    globals: np.ndarray  # (global features,) float32
-    mask: np.ndarray  # (n * kinds + 1,) float32: 1 legal, 0 not; job i's kind k at i * kinds + k, STOP last (1)
-    kinds: int = 1  # actions per job: 1 here (one more GPU); 3 for Coach's own jobs (dl2.counts)
-
-    @property
-    def stop(self) -> int:
-        return len(self.jobs) * self.kinds
+#: the simulator's GPU jobs (Round): one action kind per job, one more GPU
+GPU_SHAPE = Shape(JOB_FEATURES, GLOBAL_FEATURES, 1)
 
 
 def _clip(value: float) -> float:
@@ -192,30 +170,3 @@ class Round:
 
     def free(self, given: np.ndarray) -> int:
         return self.total - int(np.asarray(given).sum())
-
-
-def pad(observations: list[Observation]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A batch for the network: jobs (B, W, F), globals (B, G), present (B, W), mask (B, W * kinds + 1), W the
-    largest window in the batch (at least 1); one round type per batch (the same widths and kinds). A padded job
-    is absent and illegal; STOP moves to the last column."""
-    first = observations[0]
-    kinds = first.kinds
-    width = max([len(o.jobs) for o in observations] + [1])
-    count = len(observations)
-    jobs = np.zeros((count, width, first.jobs.shape[1]), dtype=np.float32)
-    globals_ = np.zeros((count, len(first.globals)), dtype=np.float32)
-    present = np.zeros((count, width), dtype=np.float32)
-    mask = np.zeros((count, width * kinds + 1), dtype=np.float32)
-    for b, o in enumerate(observations):
-        n = len(o.jobs)
-        jobs[b, :n] = o.jobs
-        globals_[b] = o.globals
-        present[b, :n] = 1.0
-        mask[b, :n * kinds] = o.mask[:n * kinds]
-        mask[b, width * kinds] = o.mask[n * kinds]
-    return jobs, globals_, present, mask
-
-
-def padded_action(action: int, observation: Observation, width: int) -> int:
-    """An action of `observation` as a column of a batch padded to `width` jobs (STOP moves)."""
-    return width * observation.kinds if action == observation.stop else action

@@ -16,7 +16,8 @@ from typing import Mapping
 
 import numpy as np
 
-from coach.dl2.cluster_round import Observation, Round
+from coach.dl2.cluster_round import Round
+from coach.dl2.observation import Observation
 from coach.simulator.view import Grant
 
 ORDERS = {"optimus": "gain"}  # a teacher not named here fills in the "fewest" order

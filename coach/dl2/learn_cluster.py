@@ -22,22 +22,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import mxnet as mx
 import numpy as np
-from mxnet import autograd, gluon
+from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.domain.cluster import ClusterSpec
-from coach.simulator.apps import job_total_progress, load_apps
-from coach.simulator.engine import Simulator
-from coach.simulator.policies import POLICIES, teachers
 from coach.dl2 import imitation_model
-from coach.dl2.cluster_round import WINDOW, Observation, Round, SpeedCache, pad, padded_action
+from coach.dl2.cluster_policy import decide, grants_of
+from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
 from coach.dl2.imitation import (
     Agreement,
     allocation_overlap,
@@ -46,15 +42,30 @@ from coach.dl2.imitation import (
     targets_of,
 )
 from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
-from coach.dl2.cluster_policy import decide, grants_of
+from coach.dl2.observation import Observation
+from coach.dl2.training import (
+    CHECKPOINT_VERSION,
+    Decisions,
+    ProgressCallback,
+    action_accuracy,
+    actor_critic_pass,
+    atomic_write,
+    check_ranges,
+    checkpoint_dir,
+    imitation_epochs,
+    jsonable,
+    load_checkpoint,
+    save_checkpoint,
+)
+from coach.domain.cluster import ClusterSpec
+from coach.simulator.apps import job_total_progress, load_apps
+from coach.simulator.engine import Simulator
+from coach.simulator.policies import POLICIES, teachers
 from coach.simulator.session import cluster_from, traces_dir_for
 from coach.simulator.view import ClusterSnapshot, Grant
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload
 
-CHECKPOINT_VERSION = 1
 
-#: (phase, done, total, metrics of the last step): what a progress bar shows
-ProgressCallback = Callable[[str, int, int, Mapping[str, float]], None]
 
 
 @dataclass(frozen=True)
@@ -246,17 +257,6 @@ def discounted(rewards: Sequence[float], gamma: float) -> np.ndarray:
 # Imitation
 
 
-@dataclass
-class Decisions:
-    """Teacher-forced decisions: states, the teacher's actions, the value targets, and per round the window,
-    the targets and the round's Round (for rollouts)."""
-
-    observations: list[Observation] = field(default_factory=list)
-    actions: list[int] = field(default_factory=list)
-    returns: list[float] = field(default_factory=list)
-    rounds: list[tuple[Round, np.ndarray]] = field(default_factory=list)
-
-
 def teacher_decisions(settings: TrainSettings, scenarios: Sequence[Scenario]) -> tuple[Decisions, Decisions]:
     """(training, held-out) decisions of the teacher over every scenario."""
     factory = POLICIES[settings.imitate]
@@ -286,58 +286,12 @@ def teacher_decisions(settings: TrainSettings, scenarios: Sequence[Scenario]) ->
     return train, held
 
 
-def batch(observations: Sequence[Observation], actions: Sequence[int]):
-    """NDArrays of padded observations and their actions' columns (one round type per batch)."""
-    jobs, globs, present, mask = pad(list(observations))
-    width = jobs.shape[1]
-    columns = [padded_action(a, o, width) for o, a in zip(observations, actions)]
-    return (mx.nd.array(jobs), mx.nd.array(globs), mx.nd.array(present), mx.nd.array(mask),
-            mx.nd.array(np.array(columns, dtype=np.float32)))
 
 
-def imitation_step(net: ActorCritic, trainer: gluon.Trainer, observations: Sequence[Observation],
-                   actions: Sequence[int], returns: Sequence[float], value_weight: float) -> float:
-    """One gradient step towards the teacher's actions (cross-entropy) and its returns (the critic); the loss."""
-    jobs, globs, present, mask, picked = batch(observations, actions)
-    targets = mx.nd.array(np.asarray(returns, dtype=np.float32))
-    with autograd.record():
-        logits, values = net(jobs, globs, present, mask)
-        chosen = mx.nd.pick(mx.nd.log_softmax(logits, axis=1), picked, axis=1)
-        loss = -chosen.mean() + value_weight * ((values - targets) ** 2).mean()
-    loss.backward()
-    trainer.step(1)
-    return float(loss.asscalar())
 
 
-def actor_critic_step(net: ActorCritic, trainer: gluon.Trainer, observations: Sequence[Observation],
-                      actions: Sequence[int], returns: Sequence[float], value_weight: float, entropy: float) -> None:
-    """One advantage actor-critic step over sampled decisions (advantages normalised, an entropy bonus)."""
-    jobs, globs, present, mask, picked = batch(observations, actions)
-    targets = mx.nd.array(np.asarray(returns, dtype=np.float32))
-    with autograd.record():
-        logits, values = net(jobs, globs, present, mask)
-        log_p = mx.nd.log_softmax(logits, axis=1)
-        advantage = (targets - values).detach()
-        advantage = (advantage - advantage.mean()) / (mx.nd.sqrt(((advantage - advantage.mean()) ** 2).mean())
-                                                      + 1e-6)
-        spread = -(mx.nd.exp(log_p) * log_p).sum(axis=1)
-        loss = (-(mx.nd.pick(log_p, picked, axis=1) * advantage).mean()
-                + value_weight * ((values - targets) ** 2).mean() - entropy * spread.mean())
-    loss.backward()
-    trainer.step(1)
 
 
-def action_accuracy(net: ActorCritic, decisions: Decisions, batch_size: int = 512) -> float:
-    """Share of the decisions where the network's most likely action is the teacher's."""
-    if not decisions.actions:
-        return math.nan
-    hits = 0
-    for start in range(0, len(decisions.actions), batch_size):
-        stop = start + batch_size
-        jobs, globs, present, mask, actions = batch(decisions.observations[start:stop], decisions.actions[start:stop])
-        logits, _ = net(jobs, globs, present, mask)
-        hits += int((logits.argmax(axis=1) == actions).sum().asscalar())
-    return hits / len(decisions.actions)
 
 
 def agreement(net: ActorCritic, decisions: Decisions) -> Agreement:
@@ -354,32 +308,8 @@ def agreement(net: ActorCritic, decisions: Decisions) -> Agreement:
                      exact / count if count else math.nan, len(decisions.actions), count)
 
 
-def imitation_epoch(net: ActorCritic, trainer: gluon.Trainer, decisions: Decisions, settings: TrainSettings,
-                    epoch: int) -> float:
-    """One pass over the teacher's decisions in a seeded order; the mean loss."""
-    order = np.random.default_rng([settings.seed, 1, epoch]).permutation(len(decisions.actions))
-    total, count = 0.0, 0
-    for start in range(0, len(order), settings.batch_size):
-        picked = order[start:start + settings.batch_size].tolist()
-        loss = imitation_step(net, trainer, [decisions.observations[i] for i in picked],
-                              [decisions.actions[i] for i in picked], [decisions.returns[i] for i in picked],
-                              settings.value_weight)
-        total += loss * len(picked)
-        count += len(picked)
-    return total / max(count, 1)
 
 
-def imitation_epochs(net: ActorCritic, trainer: gluon.Trainer, decisions: Decisions, settings, state: dict,
-                     folder: Path, on_progress: ProgressCallback) -> None:
-    """The imitation epochs from `state["done"]` on (a checkpoint every `checkpoint_every`); `settings` has seed,
-    batch_size, value_weight, imitation_epochs and checkpoint_every."""
-    for epoch in range(state["done"], settings.imitation_epochs):
-        loss = imitation_epoch(net, trainer, decisions, settings, epoch)
-        state["imitation_losses"].append(loss)
-        state["done"] = epoch + 1
-        on_progress("imitation", epoch + 1, settings.imitation_epochs, {"loss": loss})
-        if (epoch + 1) % settings.checkpoint_every == 0 and epoch + 1 < settings.imitation_epochs:
-            save_checkpoint(folder, net, trainer, state)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -420,59 +350,20 @@ def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: TrainSettings
     return float(sum(sampler.rewards))
 
 
-def actor_critic_pass(net: ActorCritic, trainer: gluon.Trainer, steps: Sequence[tuple[Observation, int, int]],
-                      returns: Sequence[float], settings, chunk: int = 1024) -> None:
-    """Actor-critic steps over an episode's sampled (state, action, round index) decisions, each credited with its
-    round's return, `chunk` decisions at a time; `settings` has value_weight and entropy."""
-    observations = [o for o, _, _ in steps]
-    actions = [a for _, a, _ in steps]
-    step_returns = np.array([returns[r] for _, _, r in steps], dtype=np.float32)
-    for start in range(0, len(actions), chunk):
-        stop = start + chunk
-        actor_critic_step(net, trainer, observations[start:stop], actions[start:stop], step_returns[start:stop],
-                          settings.value_weight, settings.entropy)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Checkpoints
 
 
-def checkpoint_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".ckpt")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
-def save_checkpoint(folder: Path, net: ActorCritic, trainer: gluon.Trainer, state: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    net.save_parameters(str(folder / "net.params.tmp"))
-    os.replace(folder / "net.params.tmp", folder / "net.params")
-    trainer.save_states(str(folder / "trainer.states.tmp"))
-    os.replace(folder / "trainer.states.tmp", folder / "trainer.states")
-    _atomic_write(folder / "state.json", json.dumps(state, indent=1))  # last: names a complete checkpoint
 
 
-def load_checkpoint(folder: Path, settings: TrainSettings) -> dict | None:
-    path = folder / "state.json"
-    if not path.is_file():
-        return None
-    state = json.loads(path.read_text())
-    if state.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{path}: checkpoint version {state.get('version')!r}, expected {CHECKPOINT_VERSION}")
-    saved = state.get("settings", {})
-    differs = [f.name for f in fields(settings) if _jsonable(getattr(settings, f.name)) != saved.get(f.name)]
-    if differs:
-        raise ValueError(f"{path}: made with other settings ({', '.join(differs)}); resume with the same ones, "
-                         f"or delete {folder}")
-    return state
 
 
-def _jsonable(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -507,24 +398,6 @@ def _check(settings: TrainSettings) -> None:
     check_ranges(settings, _AT_LEAST, positive=("learning_rate", "rl_learning_rate"))
 
 
-def check_ranges(settings, at_least: Mapping[str, int], positive: Sequence[str],
-                 unit: Sequence[str] = ("held_out", "gamma"), non_negative: Sequence[str] = ("entropy", "value_weight")
-                 ) -> None:
-    """One ValueError line for the first setting out of its range: whole numbers at least `at_least[name]`,
-    finite numbers > 0 (`positive`), in [0, 1) (`unit`) or finite and >= 0 (`non_negative`)."""
-    for name, low in at_least.items():
-        value = getattr(settings, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name}: expected a whole number >= {low}, got {value!r}")
-    for name in positive:
-        if not 0 < getattr(settings, name) < math.inf:
-            raise ValueError(f"{name}: expected a finite number > 0, got {getattr(settings, name)!r}")
-    for name in unit:
-        if not 0 <= getattr(settings, name) < 1:
-            raise ValueError(f"{name}: expected a number in [0, 1), got {getattr(settings, name)!r}")
-    for name in non_negative:
-        if not 0 <= getattr(settings, name) < math.inf:
-            raise ValueError(f"{name}: expected a finite number >= 0, got {getattr(settings, name)!r}")
 
 
 def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: ProgressCallback) -> TrainReport:
@@ -541,7 +414,7 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
     if state is not None:
         net.load_parameters(str(folder / "net.params"), ctx=mx.cpu())
     else:
-        state = {"version": CHECKPOINT_VERSION, "settings": {k: _jsonable(v) for k, v in asdict(settings).items()},
+        state = {"version": CHECKPOINT_VERSION, "settings": {k: jsonable(v) for k, v in asdict(settings).items()},
                  "phase": "imitation", "done": 0, "imitation_losses": [], "train_accuracy": None,
                  "agreement": None, "reward_start": None, "episode_rewards": []}
     scenarios = load_scenarios(settings)
@@ -580,5 +453,5 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
     report.train_accuracy = state["train_accuracy"]
     report.agreement = Agreement(**state["agreement"]) if state["agreement"] else None
     report.episode_rewards = list(state["episode_rewards"])
-    _atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
+    atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
     return report

@@ -16,8 +16,9 @@ budget that does not cover every epoch.
    written is the one with the lowest mean JCT there, the imitation network included (RL's updates are noisy:
    one run's last network was 3% worse than its imitation start).
 
-Seeded throughout and resumable from `<out>.ckpt/` as coach.dl2.learn_cluster (whose update steps and checkpoints
-it shares). Writes the model to `out`, the imitation-only one beside it and what was measured to `<stem>.json`.
+Seeded throughout and resumable from `<out>.ckpt/` as coach.dl2.learn_cluster (the update steps and checkpoints of
+coach.dl2.training). Writes the model to `out`, the imitation-only one beside it and what was measured to
+`<stem>.json`.
 """
 
 from __future__ import annotations
@@ -33,30 +34,30 @@ import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.dl2.run_policy import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
 from coach.app.virtual_run import START_S, run_virtual
-from coach.domain.cluster import ClusterSpec, NodeSpec
-from coach.domain.jobs import JobSpec
-from coach.platforms.virtual import VirtualJobModel
-from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView
-from coach.dl2.learn_cluster import (
+from coach.dl2 import imitation_model
+from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.dl2.observation import Observation
+from coach.dl2.run_policy import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
+from coach.dl2.run_round import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
+from coach.dl2.training import (
+    CHECKPOINT_VERSION,
+    Decisions,
     ProgressCallback,
-    _atomic_write,
     action_accuracy,
     actor_critic_pass,
+    atomic_write,
     check_ranges,
     checkpoint_dir,
     imitation_epochs,
     load_checkpoint,
     save_checkpoint,
 )
-from coach.dl2 import imitation_model
-from coach.dl2.run_round import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
-from coach.dl2.cluster_round import Observation
-from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.domain.cluster import ClusterSpec, NodeSpec
+from coach.domain.jobs import JobSpec
+from coach.platforms.virtual import VirtualJobModel
+from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView
 
-
-CHECKPOINT_VERSION = 1
 _MODEL = Path("/virtual/model.py")  # never loaded: the simulated platform computes every epoch
 PRICE_PER_SLOT_S = 0.0001
 EPISODE_LIMIT_S = 3600.0  # simulated seconds after which an episode's jobs are stopped (typical makespans: 50-250 s)
@@ -272,16 +273,8 @@ def _figures(summary: dict, rounds: _Rounds, settings: CountsTrainSettings) -> d
 # Imitation
 
 
-@dataclass
-class _Imitated:
-    observations: list[Observation] = field(default_factory=list)
-    actions: list[int] = field(default_factory=list)
-    returns: list[float] = field(default_factory=list)
-    rounds: list[tuple[CountsRound, np.ndarray]] = field(default_factory=list)
-
-
-def teacher_decisions(settings: CountsTrainSettings) -> tuple[_Imitated, _Imitated]:
-    train, held = _Imitated(), _Imitated()
+def teacher_decisions(settings: CountsTrainSettings) -> tuple[Decisions, Decisions]:
+    train, held = Decisions(), Decisions()
     rng = np.random.default_rng([settings.seed, 0])
     for number in range(settings.teacher_episodes):
         ep = episode(settings, np.random.default_rng([settings.seed, 10, number]))
@@ -298,12 +291,12 @@ def teacher_decisions(settings: CountsTrainSettings) -> tuple[_Imitated, _Imitat
     return train, held
 
 
-def _accuracy(net: ActorCritic, data: _Imitated) -> float | None:
+def _accuracy(net: ActorCritic, data: Decisions) -> float | None:
     """The teacher's actions the network takes (None without any: the report is standard JSON)."""
     return action_accuracy(net, data) if data.actions else None
 
 
-def rounds_same(net: ActorCritic, data: _Imitated) -> float | None:
+def rounds_same(net: ActorCritic, data: Decisions) -> float | None:
     """Share of rounds in which the greedy network gives every job the counts the teacher's steps reach."""
     if not data.rounds:
         return None
@@ -422,7 +415,7 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
         on_progress("rl", number + 1, settings.rl_episodes, {"reward": reward})
         if (number + 1) % settings.select_every == 0 or number + 1 == settings.rl_episodes:
             fast = NumpyNet.of(net)
-            figures = evaluate(lambda: _Sampling(fast, None), settings, evaluation)
+            figures = evaluate(lambda fast=fast: _Sampling(fast, None), settings, evaluation)
             state["selection"] = [*state.get("selection", []), {"episodes": number + 1, **figures}]
             if figures["jct_s"] < state["best"]["jct_s"]:
                 net.save_parameters(str(best))
@@ -436,5 +429,5 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
     report = CountsReport(out, settings, state["train_accuracy"], state["held_out_accuracy"],
                           state["held_out_rounds_same"], state["evaluation"], list(state["episode_rewards"]),
                           list(state.get("selection", [])))
-    _atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
+    atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
     return report

@@ -27,7 +27,8 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from coach.dl2 import ModelFileError
-from coach.dl2.cluster_round import GPU_SHAPE, Observation, Shape
+from coach.dl2.cluster_round import GPU_SHAPE
+from coach.dl2.observation import Observation, Shape
 
 HIDDEN = 32
 _MASKED = 1e9
@@ -117,7 +118,7 @@ class NumpyNet:
     value_b: np.ndarray
 
     @classmethod
-    def of(cls, net: ActorCritic) -> "NumpyNet":
+    def of(cls, net: ActorCritic) -> NumpyNet:
         job_w, job_b = _weights(net.job_dense)
         glob_w, _ = _weights(net.glob_dense)
         score_w, score_b = _weights(net.score)

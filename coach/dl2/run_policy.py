@@ -20,7 +20,9 @@ from typing import Sequence
 from coach.domain.jobs import JobSpec
 from coach.estimates.speed_forms import fit_chosen
 from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
+from coach.dl2 import COUNTS_MODEL, ModelFileError
 from coach.dl2.run_round import (
+    COUNTS_SHAPE,
     COUNTS_WINDOW,
     KIND_NAMES,
     KINDS,
@@ -29,6 +31,18 @@ from coach.dl2.run_round import (
     Greedy,
     greedy_counts,
 )
+
+
+def load_counts(model: Path = COUNTS_MODEL) -> Greedy:
+    """The fast (numpy) network of a counts model file; ModelFileError (one line naming the file) when it is
+    missing or does not fit. Imports MXNet (to read the file) only when called."""
+    from coach.dl2.network import NumpyNet, load_network
+
+    model = Path(model)
+    if not model.is_file():
+        raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --level run "
+                             f"--imitate coach --out {model}`")
+    return NumpyNet.of(load_network(model, COUNTS_SHAPE))
 
 
 @dataclass
@@ -40,8 +54,6 @@ class Dl2RunPolicy:
 
     def network(self) -> Greedy:
         if self._net is None:
-            from coach.dl2 import COUNTS_MODEL, load_counts
-
             self._net = load_counts(self.model or COUNTS_MODEL)
         return self._net
 

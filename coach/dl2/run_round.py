@@ -23,7 +23,7 @@ import numpy as np
 
 from coach.domain.identity import slots_for
 from coach.estimates.cost import cost_from_speed
-from coach.dl2.cluster_round import Observation, Shape
+from coach.dl2.observation import Observation, Shape
 
 WORKER, SERVER, BOTH = 0, 1, 2
 KINDS = 3

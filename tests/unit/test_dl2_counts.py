@@ -10,7 +10,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from coach.dl2 import ModelFileError, load_counts
+from coach.dl2 import ModelFileError
+from coach.dl2.run_policy import load_counts
 from coach.dl2.run_round import (
     BOTH,
     COUNTS_GLOBAL_FEATURES,
@@ -24,7 +25,7 @@ from coach.dl2.run_round import (
     greedy_counts,
     teacher_steps,
 )
-from coach.dl2.cluster_round import pad, padded_action
+from coach.dl2.observation import pad, padded_action
 from coach.dl2.network import NumpyNet, new_network
 
 PRICE = 0.0001

@@ -13,11 +13,12 @@ import pytest
 from tests.support import pollux_data
 from coach.simulator.policies import POLICIES
 from coach.simulator.policies.common import batch_bounds, check_grants
-from coach.dl2 import DEFAULT_MODEL, dl2
-from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round, pad, padded_action
+from coach.dl2 import DEFAULT_MODEL
+from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round
+from coach.dl2.observation import pad, padded_action
 from coach.dl2.imitation import expert_steps, next_action, targets_of
 from coach.dl2.network import ModelFileError, NumpyNet, load_network, new_network
-from coach.dl2.cluster_policy import Dl2, decide
+from coach.dl2.cluster_policy import Dl2, decide, dl2
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.optimus import optimus
 from coach.simulator.session import Settings, cluster_from, simulate

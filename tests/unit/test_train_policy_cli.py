@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from coach.dl2 import dl2
+from coach.dl2.cluster_policy import dl2
 from coach.ui.cli import main
 from tests.support import pollux_data
 
@@ -42,7 +42,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_run_level_training_writes_a_counts_model_the_run_policy_loads(tmp_path, capsys):
-    from coach.dl2 import load_counts
+    from coach.dl2.run_policy import load_counts
 
     out = tmp_path / "counts.params"
 

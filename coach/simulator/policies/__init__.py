@@ -9,8 +9,8 @@ for; `dl2-imitation` the same training's network before its reinforcement learni
 from __future__ import annotations
 
 from coach.simulator.policies.coach_policy import coach
-from coach.dl2 import dl2 as learned_dl2
-from coach.dl2 import dl2_imitation as learned_dl2_imitation
+from coach.dl2.cluster_policy import dl2 as learned_dl2
+from coach.dl2.cluster_policy import dl2_imitation as learned_dl2_imitation
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.elastic_batch_dp import elastic_batch_dp
 from coach.simulator.policies.fifo import elastic_fifo, fifo
