@@ -105,27 +105,7 @@ def _platforms() -> list[str]:
 def cmd_run(args) -> int:
     view = "quiet" if args.quiet else "plain" if args.plain or not sys.stdout.isatty() else "live"
     if args.resume:
-        if args.files:
-            return _fail(["--resume: give the run folder only, not job files (its manifest has the jobs)"])
-        if args.checkpoints:
-            return _fail(["--checkpoints: a resumed run uses the store its manifest names; give the run folder only"])
-        if args.platform != "local" or args.dashboard or args.kubeconfig:
-            return _fail(["--platform: a resumed run uses the platform its manifest names; give the run folder only"])
-        from coach.app.run import ResumeError, resume_run
-        from coach.domain.cluster import ClusterSpec
-
-        run_dir = Path(args.resume).resolve()
-        manifest = _check_resume(run_dir)
-        if isinstance(manifest.get("checkpoints"), str):
-            check_store(f"{run_dir / 'run.json'}: checkpoints", manifest["checkpoints"])
-        if not args.quiet:
-            say_cluster(ClusterSpec.from_dict(manifest["cluster"]))
-        try:
-            report = resume_run(run_dir, view=view)
-        except ResumeError as error:
-            return _fail([str(error)])
-        say(f"results: {report.run_dir}")
-        return report.exit_code
+        return _resume(args, view)
     if not args.files:
         return _fail(["coach run: give job files, or --resume RUN_DIR"])
     specs, cluster = inputs(args.files, args.cluster)
@@ -133,21 +113,13 @@ def cmd_run(args) -> int:
     from coach.app.run import run_jobs  # imported here so `coach validate` stays fast
 
     scheduler = args.scheduler or cluster.scheduler or "gang"
-    from coach.dl2.run_policy import RUN_POLICIES as POLICIES
-
-    refused = [f"{spec.source}: {problem}" for spec in specs
-               if (problem := POLICIES[args.policy].check(spec)) is not None]
+    refused = _policy_refusals(specs, args.policy)
     if refused:
-        return _fail([f"{line} (--policy {args.policy})" for line in refused])
+        return _fail(refused)
     site = run_site(args)
-    if site.platform != "local":  # a job's name is its pods' label value and its PodGroup's name
-        import re
-
-        wrong = [f"{spec.source}: name: {spec.name!r} cannot name Kubernetes objects (at most 63 of a-z, 0-9, '-', "
-                 f"'.', starting and ending with a letter or digit) (--platform {site.platform})"
-                 for spec in specs if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?", spec.name)]
-        if wrong:
-            return _fail(wrong)
+    wrong = _kubernetes_name_problems(specs, site.platform)
+    if wrong:
+        return _fail(wrong)
     checkpoints = args.checkpoints
     if checkpoints is not None:
         check_store("--checkpoints", checkpoints)
@@ -159,13 +131,67 @@ def cmd_run(args) -> int:
     return report.exit_code
 
 
+def _resume(args, view: str) -> int:
+    """`coach run --resume RUN_DIR`: the run folder's manifest names the jobs, cluster, store and platform."""
+    conflict = _resume_conflict(args)
+    if conflict is not None:
+        return _fail([conflict])
+    from coach.app.run import ResumeError, resume_run
+    from coach.domain.cluster import ClusterSpec
+
+    run_dir = Path(args.resume).resolve()
+    manifest = _check_resume(run_dir)
+    if isinstance(manifest.get("checkpoints"), str):
+        check_store(f"{run_dir / 'run.json'}: checkpoints", manifest["checkpoints"])
+    if not args.quiet:
+        say_cluster(ClusterSpec.from_dict(manifest["cluster"]))
+    try:
+        report = resume_run(run_dir, view=view)
+    except ResumeError as error:
+        return _fail([str(error)])
+    say(f"results: {report.run_dir}")
+    return report.exit_code
+
+
+def _resume_conflict(args) -> str | None:
+    """The problem of an option that --resume cannot take (the run's manifest decides it), or None."""
+    if args.files:
+        return "--resume: give the run folder only, not job files (its manifest has the jobs)"
+    if args.checkpoints:
+        return "--checkpoints: a resumed run uses the store its manifest names; give the run folder only"
+    if args.platform != "local" or args.dashboard or args.kubeconfig:
+        return "--platform: a resumed run uses the platform its manifest names; give the run folder only"
+    return None
+
+
+def _policy_refusals(specs, policy: str) -> list[str]:
+    """One line per job the run policy cannot run (e.g. a static job under a policy that needs dynamic ones)."""
+    from coach.app.run_policies import RUN_POLICIES
+
+    return [f"{spec.source}: {problem} (--policy {policy})" for spec in specs
+            if (problem := RUN_POLICIES[policy].check(spec)) is not None]
+
+
+def _kubernetes_name_problems(specs, platform: str) -> list[str]:
+    """On a platform other than local, one line per job whose name cannot name Kubernetes objects (a job's name is
+    its pods' label value and its PodGroup's name)."""
+    if platform == "local":
+        return []
+    import re
+
+    return [f"{spec.source}: name: {spec.name!r} cannot name Kubernetes objects (at most 63 of a-z, 0-9, '-', "
+            f"'.', starting and ending with a letter or digit) (--platform {platform})"
+            for spec in specs if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?", spec.name)]
+
+
 def cmd_plan(args) -> int:
     """Print, as JSON, the fit and the counts Coach would choose next for a job, from its log."""
     specs, cluster = inputs([args.job], args.cluster)
     spec = specs[0]
     from coach.inputs.runs import RunInputError, checked_records
     from coach.policy.history import history_from_records
-    from coach.policy.run_policy import POLICIES, ClusterView, JobView, Wait
+    from coach.app.run_policies import RUN_POLICIES
+    from coach.policy.run_policy import ClusterView, JobView, Wait
 
     history_path = Path(args.history)
     try:
@@ -186,7 +212,7 @@ def cmd_plan(args) -> int:
                       f"{type(error).__name__}"])
     history = replace(history, spent=spec.budget - budget_left)  # what --budget-left says is left
     view = JobView(spec, history, held_slots=0, asking=True)
-    decided = POLICIES["coach"].decide(ClusterView(free_slots, price), [view], time.time())[spec.name]
+    decided = RUN_POLICIES["coach"].decide(ClusterView(free_slots, price), [view], time.time())[spec.name]
     out = {"job": spec.name, "epochs_logged": len(records)}
     if isinstance(decided, Wait):
         out.update({"affordable": False, "wait": decided.reason})
@@ -241,9 +267,9 @@ def cmd_bench_kube_scheduler(args) -> int:
 
 
 def _policies():
-    from coach.dl2.run_policy import RUN_POLICIES as POLICIES
+    from coach.app.run_policies import RUN_POLICIES
 
-    return POLICIES
+    return RUN_POLICIES
 
 
 def _version() -> str:
