@@ -19,7 +19,7 @@ import numpy as np
 
 from coach.dl2 import DEFAULT_MODEL, IMITATION_MODEL, ModelFileError
 from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
-from coach.simulator.policies.common import requested_grant
+from coach.simulator.grants import requested_grant
 from coach.simulator.view import ClusterSnapshot, Grant
 
 if TYPE_CHECKING:

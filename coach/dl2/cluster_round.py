@@ -26,7 +26,7 @@ from typing import MutableMapping
 import numpy as np
 
 from coach.dl2.observation import Observation, Shape
-from coach.simulator.policies.common import fit_batch, gpu_cap, requested_gpus
+from coach.simulator.grants import fit_batch, gpu_cap, requested_gpus
 from coach.simulator.view import AppModel, ClusterSnapshot, JobView, packed_nodes
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")  # any other application: a seventh slot

@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
-from coach.simulator.policies.common import check_grants
+from coach.simulator.grants import check_grants
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, Policy
 from coach.simulator.workloads import SimJob
 

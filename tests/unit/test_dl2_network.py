@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import pollux_data
 from coach.simulator.policies import POLICIES
-from coach.simulator.policies.common import batch_bounds, check_grants
+from coach.simulator.grants import batch_bounds, check_grants
 from coach.dl2 import DEFAULT_MODEL
 from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round
 from coach.dl2.observation import pad, padded_action

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from coach.simulator.policies import POLICIES
-from coach.simulator.policies.common import batch_bounds, check_grants, fit_batch, memory_bounds
+from coach.simulator.grants import batch_bounds, check_grants, fit_batch, memory_bounds
 from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp
 from coach.simulator.policies.pollux import Pollux
 from coach.simulator.policies.tiresias import Tiresias

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from coach.policy.allocation import JobDemand, allocate
-from coach.simulator.policies.common import fit_batch, gpu_cap
+from coach.simulator.grants import fit_batch, gpu_cap
 from coach.simulator.view import ClusterSnapshot, Grant, JobView, packed_nodes
 
 MIN_GAIN = 0.05

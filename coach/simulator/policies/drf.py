@@ -11,7 +11,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Mapping
 
-from coach.simulator.policies.common import requested_grant, requested_gpus
+from coach.simulator.grants import requested_grant, requested_gpus
 from coach.simulator.view import ClusterSnapshot, Grant
 
 

@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from coach.simulator.policies.common import gpu_cap, memory_bounds
+from coach.simulator.grants import gpu_cap, memory_bounds
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, packed_nodes
 
 BATCH_POINTS = 4

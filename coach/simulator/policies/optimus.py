@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coach.simulator.policies.common import fit_batch, gpu_cap
+from coach.simulator.grants import fit_batch, gpu_cap
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, packed_nodes
 
 

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coach.simulator.policies.common import fit_batch, gpu_cap
+from coach.simulator.grants import fit_batch, gpu_cap
 from coach.simulator.view import ClusterSnapshot, Grant, packed_nodes
 
 #: Seconds a re-allocation stalls a job in the Pollux artifact's simulator (every application).

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coach.simulator.policies.common import requested_grant, requested_gpus
+from coach.simulator.grants import requested_grant, requested_gpus
 from coach.simulator.view import ClusterSnapshot, Grant
 
 QUANTUM_S = 600.0

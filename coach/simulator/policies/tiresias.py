@@ -16,7 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from coach.simulator.policies.common import requested_grant, requested_gpus
+from coach.simulator.grants import requested_grant, requested_gpus
 from coach.simulator.view import ClusterSnapshot, Grant
 
 #: Queue thresholds in GPU-seconds of attained service: 16 GPU-hours, as in the Pollux artifact's Tiresias.
