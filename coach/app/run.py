@@ -202,6 +202,27 @@ def load_run(run_dir: Path) -> LoadedRun:
     log is empty but whose summary says it finished is left as the summary says.
     """
     run_dir = run_dir.resolve()
+    manifest, specs, cluster, config = _read_manifest(run_dir)
+    store = _open_store(config, run_dir)
+    old = _old_summary(run_dir)
+    old_jobs = old.get("jobs") if isinstance(old.get("jobs"), dict) else {}
+    started_s = _timestamp(old.get("started")) or _timestamp(manifest.get("started")) or time.time()
+    outcomes, pending = {}, []
+    for spec in specs:
+        log = run_dir / f"{spec.name}.jsonl"
+        records = _read_log(log)
+        before = old_jobs.get(spec.name) if isinstance(old_jobs.get(spec.name), dict) else {}
+        outcome = JobOutcome(submitted_s=_timestamp(before.get("submitted")) or started_s, budget=spec.budget)
+        outcomes[spec.name] = outcome
+        history = _history_to_go_on(spec, log, records, before, outcome, store)
+        if history is not None:
+            pending.append((spec, history))
+    return LoadedRun(manifest.get("run_id", run_dir.name), run_dir, manifest, cluster, config, specs, outcomes,
+                     pending, started_s)
+
+
+def _read_manifest(run_dir: Path) -> tuple[dict, list[JobSpec], ClusterSpec, RunConfig]:
+    """run.json and the jobs, cluster and configuration it holds; ResumeError when it cannot be read or used."""
     try:
         manifest = json.loads((run_dir / "run.json").read_text())
         specs = [JobSpec.from_dict(job) for job in manifest["jobs"]]
@@ -215,47 +236,56 @@ def load_run(run_dir: Path) -> LoadedRun:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): {error.strerror or error}") from None
     except (ValueError, KeyError, TypeError) as error:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): not a Coach run manifest ({error})") from None
+    return manifest, specs, cluster, config
+
+
+def _open_store(config: RunConfig, run_dir: Path) -> CheckpointStore:
+    """The checkpoint store the manifest names (else the run folder's); ResumeError for one that cannot be used."""
     try:
         if not isinstance(config.checkpoints, (str, type(None))):
             raise ValueError(f"expected a store URL, got {type(config.checkpoints).__name__}")
-        store = checkpoint_store(store_url(config, run_dir))
+        return checkpoint_store(store_url(config, run_dir))
     except ValueError as error:
         raise ResumeError(f"{run_dir / 'run.json'}: checkpoints: {config.checkpoints}: {error}") from None
+
+
+def _old_summary(run_dir: Path) -> dict:
+    """summary.json as the run last wrote it; {} when it is missing, unreadable or not a JSON object."""
     try:
         old = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
-        old = {}
-    old = old if isinstance(old, dict) else {}
-    old_jobs = old.get("jobs") if isinstance(old.get("jobs"), dict) else {}
-    started_s = _timestamp(old.get("started")) or _timestamp(manifest.get("started")) or time.time()
-    outcomes, pending = {}, []
-    for spec in specs:
-        log = run_dir / f"{spec.name}.jsonl"
-        try:
-            if log.exists():
-                drop_torn_tail(log)
-            records = checked_records(log) if log.exists() else []
-        except RunInputError as error:
-            raise ResumeError(str(error)) from None
-        history = history_from_records(records)
-        before = old_jobs.get(spec.name) if isinstance(old_jobs.get(spec.name), dict) else {}
-        outcome = JobOutcome(submitted_s=_timestamp(before.get("submitted")) or started_s, budget=spec.budget)
-        outcomes[spec.name] = outcome
-        if history.stop_reason not in (None, INTERRUPTED):  # finished for good: keep it as it was
-            fill_outcome(outcome, history, _timestamp(before.get("finished")) or _timestamp(history.last_end))
-            continue
-        if not records and _summary_says_finished(outcome, before):  # its log was lost after it finished
-            continue
-        if history.checkpoint is None:  # no finished step in the log: the summary and checkpoints may know more
-            spent = max(history.spent, _number(before.get("total_cost")))
-            history = _from_checkpoints(store, spec.name, spent) or replace(history, spent=spent)
-        else:
-            history = replace(history, checkpoint=store.locate(spec.name, history.checkpoint))
-        if history.checkpoint and not store.complete(history.checkpoint):
-            raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
-        pending.append((spec, history))
-    return LoadedRun(manifest.get("run_id", run_dir.name), run_dir, manifest, cluster, config, specs, outcomes,
-                     pending, started_s)
+        return {}
+    return old if isinstance(old, dict) else {}
+
+
+def _read_log(log: Path) -> list[dict]:
+    """A job's checked log records, a torn last line cut first (a side effect); [] when the job has no log."""
+    try:
+        if log.exists():
+            drop_torn_tail(log)
+        return checked_records(log) if log.exists() else []
+    except RunInputError as error:
+        raise ResumeError(str(error)) from None
+
+
+def _history_to_go_on(spec: JobSpec, log: Path, records: list[dict], before: dict, outcome: JobOutcome,
+                      store: CheckpointStore) -> History | None:
+    """The history a job goes on from (its log's, else its newest complete checkpoint's); None for a job that
+    ended for good, whose `outcome` is then filled from its log or, when the log was lost, from the summary."""
+    history = history_from_records(records)
+    if history.stop_reason not in (None, INTERRUPTED):  # finished for good: keep it as it was
+        fill_outcome(outcome, history, _timestamp(before.get("finished")) or _timestamp(history.last_end))
+        return None
+    if not records and _summary_says_finished(outcome, before):  # its log was lost after it finished
+        return None
+    if history.checkpoint is None:  # no finished step in the log: the summary and checkpoints may know more
+        spent = max(history.spent, _number(before.get("total_cost")))
+        history = _from_checkpoints(store, spec.name, spent) or replace(history, spent=spent)
+    else:
+        history = replace(history, checkpoint=store.locate(spec.name, history.checkpoint))
+    if history.checkpoint and not store.complete(history.checkpoint):
+        raise ResumeError(f"{log}: checkpoint: {history.checkpoint} of job {spec.name} is missing or incomplete")
+    return history
 
 
 def _timestamp(text: str | None) -> float | None:
