@@ -27,7 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from coach.dl2.run_policy import RUN_POLICIES  # noqa: E402
+from coach.app.run_policies import RUN_POLICIES  # noqa: E402
 from coach.domain.jobs import JobSpec  # noqa: E402
 from coach.policy.history import full_epoch_time_s  # noqa: E402
 from coach.policy.run_policy import CoachPolicy  # noqa: E402

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from coach.app.compose import PLACEMENT_OF, PLACEMENTS, PLATFORMS, Site, checkpoint_store
+from coach.app.run_policies import RUN_POLICIES
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
 from coach.domain.records import JobOutcome, iso, summary_dict
@@ -34,7 +35,6 @@ from coach.lifecycle import events as ev
 from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, USER_STOP, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
-from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
@@ -61,7 +61,7 @@ class RunConfig:
     """How a run is composed; written to run.json so that a resume composes the same run."""
 
     scheduler: str = "gang"  # scheduler_fork profile
-    policy: str = DEFAULT_POLICY  # a key of POLICIES
+    policy: str = DEFAULT_POLICY  # a key of RUN_POLICIES
     placement_timeout_s: float = 30.0  # how long a job waits for its quorum before it is requeued
     platform: str = "local"  # a key of PLATFORMS
     placement: str = "scheduler_fork"  # a key of PLACEMENTS
@@ -172,7 +172,7 @@ def check_run_folder(run_dir: Path) -> dict:
         raise RunFolderError([f"{manifest_path}: (file): {error.strerror or error}"]) from None
     except ValueError as error:
         raise RunFolderError([f"{manifest_path}: (file): not a Coach run manifest ({error})"]) from None
-    lines = check_run_manifest(manifest, str(manifest_path), schedulers=PROFILES, policies=POLICIES,
+    lines = check_run_manifest(manifest, str(manifest_path), schedulers=PROFILES, policies=RUN_POLICIES,
                                platforms=PLATFORMS, placements=PLACEMENTS)
     if lines:
         raise RunFolderError(lines)
@@ -352,8 +352,8 @@ def live_ports(run_dir: Path, cluster: ClusterSpec, config: RunConfig, platform_
 
 def new_lifecycle(spec: JobSpec, run_id: str, cluster: ClusterSpec, config: RunConfig,
                   first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> JobLifecycle:
-    return JobLifecycle(spec, run_id, cluster, POLICIES[config.policy].calibration(spec), config.placement_timeout_s,
-                        first_requeue_backoff_s)
+    return JobLifecycle(spec, run_id, cluster, RUN_POLICIES[config.policy].calibration(spec),
+                        config.placement_timeout_s, first_requeue_backoff_s)
 
 
 def first_event(history: History | None, now_s: float) -> ev.Event:
@@ -374,7 +374,7 @@ def _execute(run_id: str, run_dir: Path, started_s: float, cluster: ClusterSpec,
              platform_factory, stop_event: threading.Event | None = None,
              first_requeue_backoff_s: float = REQUEUE_BACKOFF_S) -> RunReport:
     """Drive `jobs` (each new, or with the history its log has) until every one is done; keep summary.json."""
-    policy = POLICIES[config.policy]
+    policy = RUN_POLICIES[config.policy]
     extra = summary_extra(cluster, config)
     sinks = {spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec, _ in jobs}
 

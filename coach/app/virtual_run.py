@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from coach.app.compose import PLACEMENTS, Site
+from coach.app.run_policies import RUN_POLICIES
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
 from coach.domain.records import JobOutcome, summary_dict
@@ -20,7 +21,6 @@ from coach.drivers.virtual import VirtualDriver
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
-from coach.dl2.run_policy import RUN_POLICIES as POLICIES
 from coach.policy.run_policy import DEFAULT_POLICY, ClusterView, Policy
 from coach.platforms.virtual import VirtualJobModel, VirtualPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
@@ -50,7 +50,7 @@ def run_virtual(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = DE
     platform = VirtualPlatform(store, dict(models or {}), fail)
     sinks = ({spec.name: ResultLog(run_dir / f"{spec.name}.jsonl") for spec in specs} if run_dir
              else {spec.name: MemorySink() for spec in specs})
-    chosen = deciding if deciding is not None else POLICIES[policy]
+    chosen = deciding if deciding is not None else RUN_POLICIES[policy]
     outcomes = {spec.name: JobOutcome(submitted_s=START_S, budget=spec.budget) for spec in specs}
 
     def finished(lc: JobLifecycle, now_s: float) -> None:

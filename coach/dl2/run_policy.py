@@ -19,7 +19,7 @@ from typing import Sequence
 
 from coach.domain.jobs import JobSpec
 from coach.estimates.speed_forms import fit_chosen
-from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, Decision, JobView, Policy, Wait
+from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView, Wait
 from coach.dl2 import COUNTS_MODEL, ModelFileError
 from coach.dl2.run_round import (
     COUNTS_SHAPE,
@@ -139,9 +139,6 @@ def _decision(round_: CountsRound, i: int, counts, kinds: list[int]) -> Decision
                    "predicted_epoch_s": epoch_s if math.isfinite(epoch_s) else None,
                    "predicted_epoch_cost": cost if math.isfinite(cost) else None})
 
-
-#: Every run-level policy `coach run --policy` and `coach serve --policy` take: the pure ones and the learned one.
-RUN_POLICIES: dict[str, Policy] = {**POLICIES, "dl2": Dl2RunPolicy()}
 
 #: What `coach train-policy --level run` offers, named here so that parsing the command line does not import the
 #: trainer (coach.dl2.learn_run, which imports MXNet): the run-level policies it may imitate, and its rewards

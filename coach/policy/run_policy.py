@@ -4,7 +4,8 @@ A policy decides how many workers and servers every job of a run gets; placement
 scheduler_fork's profiles. Drivers ask the run's policy whenever a job needs counts for its next epoch, with
 every job of the run in view, so decisions are made across jobs at once (Ray autoscaler v2's
 `schedule(request) -> reply` and AdaptDL's policy folder are the models). New policies (fifo, drf, tiresias,
-optimus, pollux, ...) are new entries of POLICIES, never a name check in a caller.
+optimus, pollux, ...) are new entries of the run level's registry (coach.app.run_policies.RUN_POLICIES), never a
+name check in a caller.
 """
 
 from __future__ import annotations
@@ -144,7 +145,4 @@ class CoachPolicy:
         return decisions
 
 
-#: Every run-level policy, by the name `coach run --policy` takes.
-POLICIES: Mapping[str, Policy] = {"coach": CoachPolicy(), "static": StaticPolicy()}
-
-__all__ = ["POLICIES", "DEFAULT_POLICY", "ClusterView", "JobView", "Counts", "Wait", "Decision", "Policy"]
+__all__ = ["DEFAULT_POLICY", "ClusterView", "JobView", "Counts", "Wait", "Decision", "Policy"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from coach.dl2.run_policy import RUN_POLICIES
+from coach.app.run_policies import RUN_POLICIES
 from coach.app.run import (LoadedRun, ResumeError, RunConfig, RunFolderError, check_run_folder, cluster_view,
                            first_event, live_ports, load_run, manifest_dict, new_lifecycle, summary_extra)
 from coach.domain.cluster import ClusterSpec

@@ -12,7 +12,7 @@ from datetime import datetime
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.lifecycle.job import INTERRUPTED
 from coach.policy.planning import CALIBRATION_MIN_STEPS, CALIBRATION_POINTS, calibration_within
-from coach.policy.run_policy import POLICIES
+from coach.app.run_policies import RUN_POLICIES
 
 PRICE_PER_SLOT_S = 0.0001
 ONE_NODE = ClusterSpec("one-node", (NodeSpec("n1", 4, PRICE_PER_SLOT_S),))  # room for one 2+1 job at a time
@@ -163,7 +163,7 @@ def test_a_stop_request_mid_run_ends_the_job_as_interrupted(drive, job):
 
 def test_the_static_policy_refuses_no_static_job_and_keeps_the_files_counts(drive, job):
     specs = [job("one-two", workers=1, servers=2), job("two-one", workers=2, servers=1)]
-    assert [POLICIES["static"].check(spec) for spec in specs] == [None, None]
+    assert [RUN_POLICIES["static"].check(spec) for spec in specs] == [None, None]
     summary, logs = drive(specs, TWO_NODES, policy="static")
 
     for spec in specs:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from coach.dl2.run_policy import RUN_POLICIES, Dl2RunPolicy, asking_round
+from coach.app.run_policies import RUN_POLICIES
+from coach.dl2.run_policy import Dl2RunPolicy, asking_round
 from coach.policy.history import History
 from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
 from coach.dl2.run_round import COUNTS_SHAPE

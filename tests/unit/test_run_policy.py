@@ -10,7 +10,8 @@ from coach.domain.jobs import JobSpec
 from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 from coach.policy.planning import CALIBRATION_POINTS, plan
-from coach.policy.run_policy import POLICIES, ClusterView, Counts, JobView, Wait
+from coach.app.run_policies import RUN_POLICIES
+from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
 
 CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
 
@@ -41,18 +42,18 @@ def calibrated(spent: float = 0.0) -> History:
 
 
 def test_the_registry_has_both_policies_under_their_names():
-    assert set(POLICIES) >= {"static", "coach"}
+    assert set(RUN_POLICIES) >= {"static", "coach"}
 
 
 def test_static_gives_every_asking_job_its_files_counts():
     jobs = [JobView(spec("a", 2, 1), History(), 0, True), JobView(spec("b", 1, 3), History(), 4, False),
             JobView(spec("c", 1, 3), History(), 0, True)]
-    decided = POLICIES["static"].decide(CLUSTER, jobs, 0.0)
+    decided = RUN_POLICIES["static"].decide(CLUSTER, jobs, 0.0)
     assert decided == {"a": Counts(2, 1, True), "c": Counts(1, 3, True)}
 
 
 def test_static_needs_counts_and_never_calibrates():
-    static = POLICIES["static"]
+    static = RUN_POLICIES["static"]
     assert static.check(spec("dyn")) == "workers: the static policy needs workers and servers in every job file"
     assert static.check(spec("a", 2, 1)) is None
     assert static.calibration(spec("a", 2, 1)) == ()
@@ -60,12 +61,12 @@ def test_static_needs_counts_and_never_calibrates():
 
 def test_a_fixed_job_whose_last_epoch_says_the_next_is_unaffordable_is_told_so():
     history = History(last_counts=(2, 1), last_cost=0.4, spent=9.7, steps_done=3, epochs_done=3)
-    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("a", 2, 1), history, 4, True)], 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("a", 2, 1), history, 4, True)], 0.0)
     assert decided["a"] == Counts(2, 1, affordable=False)
 
 
 def test_coach_calibrates_only_jobs_without_counts():
-    coach = POLICIES["coach"]
+    coach = RUN_POLICIES["coach"]
     assert coach.calibration(spec("dyn")) == CALIBRATION_POINTS
     assert coach.calibration(spec("fixed", 2, 1)) == ()
     assert coach.calibration(spec("one", max_workers=1)) == ((1, 1), (1, 2))  # within its limits
@@ -73,7 +74,7 @@ def test_coach_calibrates_only_jobs_without_counts():
 
 def test_coach_alone_decides_what_the_single_job_planner_decides():
     job = spec("dyn")
-    decided = POLICIES["coach"].decide(CLUSTER, [JobView(job, calibrated(), 5, True)], 0.0)["dyn"]
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(job, calibrated(), 5, True)], 0.0)["dyn"]
     expected = plan(job, calibrated(), 12, 10.0, 0.0001)
     assert isinstance(decided, Counts)
     # calibration measured w <= 2; the `levels` speed model predicts no gain beyond what was measured
@@ -85,7 +86,7 @@ def test_coach_alone_decides_what_the_single_job_planner_decides():
 def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
     """What the old `slots_for_growth` workaround did, now a fact of the run-level decision."""
     jobs = [JobView(spec("dyn"), calibrated(), 5, True), JobView(spec("queued", 4, 4), History(), 9, False)]
-    decided = POLICIES["coach"].decide(CLUSTER, jobs, 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, jobs, 0.0)
     assert set(decided) == {"dyn"}  # only the asking job gets an answer; the queued one weighs in
     assert decided["dyn"] == Counts(1, 1, True, decided["dyn"].details)  # 12 - 9 = 3 slots: (1,1) only
     assert decided["dyn"].details["free_slots"] == 3
@@ -94,7 +95,7 @@ def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
 
 def test_two_dynamic_jobs_share_the_free_slots_by_marginal_gain():
     jobs = [JobView(spec("a"), calibrated(), 5, True), JobView(spec("b"), calibrated(), 5, True)]
-    decided = POLICIES["coach"].decide(ClusterView(8, 0.0001), jobs, 0.0)
+    decided = RUN_POLICIES["coach"].decide(ClusterView(8, 0.0001), jobs, 0.0)
     counts = {name: (d.workers, d.servers) for name, d in decided.items()}
     assert sum(w + s + 1 for w, s in counts.values()) <= 8
     assert counts == {"a": (2, 1), "b": (2, 1)}  # (1,1) each, then one worker each: 4 + 4 slots
@@ -102,18 +103,18 @@ def test_two_dynamic_jobs_share_the_free_slots_by_marginal_gain():
 
 def test_a_dynamic_job_that_cannot_start_waits_with_the_reason():
     jobs = [JobView(spec("big", 4, 4), History(), 9, False), JobView(spec("dyn"), calibrated(), 0, True)]
-    decided = POLICIES["coach"].decide(ClusterView(10, 0.0001), jobs, 0.0)
+    decided = RUN_POLICIES["coach"].decide(ClusterView(10, 0.0001), jobs, 0.0)
     assert decided["dyn"] == Wait("(1,1) needs 3 slots but only 1 are free")
 
 
 def test_an_uncalibrated_dynamic_job_waits():
-    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn"), History(), 0, True)], 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn"), History(), 0, True)], 0.0)
     assert decided["dyn"] == Wait("no speed measured yet")
 
 
 @pytest.mark.parametrize("budget, affordable", [(10.0, True), (1e-9, False)])
 def test_coach_says_whether_the_planned_epoch_is_affordable(budget, affordable):
-    decided = POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn", budget=budget), calibrated(), 5, True)], 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn", budget=budget), calibrated(), 5, True)], 0.0)
     assert decided["dyn"].affordable is affordable
 
 
@@ -121,5 +122,5 @@ def test_a_fixed_job_whose_budget_is_below_the_cost_floor_is_told_before_its_fir
     """No measurement yet: the least an epoch can cost (slots x MIN_EPOCH_S x price) decides."""
     cheap = JobView(spec("a", 2, 1, budget=4 * 0.3 * 0.0001 * 0.99), History(), 0, True)
     enough = JobView(spec("b", 2, 1, budget=4 * 0.3 * 0.0001 * 1.01), History(), 0, True)
-    decided = POLICIES["static"].decide(CLUSTER, [cheap, enough], 0.0)
+    decided = RUN_POLICIES["static"].decide(CLUSTER, [cheap, enough], 0.0)
     assert decided == {"a": Counts(2, 1, False), "b": Counts(2, 1, True)}

@@ -7,7 +7,8 @@ from pathlib import Path
 from coach.domain.jobs import JobSpec
 from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
-from coach.policy.run_policy import POLICIES, ClusterView, CoachPolicy, Counts, JobView
+from coach.app.run_policies import RUN_POLICIES
+from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, JobView
 
 CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
 
@@ -41,7 +42,7 @@ def decide(policy, past: History) -> Counts:
 
 
 def test_before_any_full_epoch_the_fit_decides():
-    decided = decide(POLICIES["coach"], history())
+    decided = decide(RUN_POLICIES["coach"], history())
     assert (decided.workers, decided.servers) == (2, 1)  # the `levels` fit: no gain beyond the measured w <= 2
     assert decided.details["speed_fit"]["measured"] == []
     assert decided.details["growth"][0].startswith("(1,1) +1 worker -> (2,1): +")
@@ -50,7 +51,7 @@ def test_before_any_full_epoch_the_fit_decides():
 def test_measured_epochs_slower_than_a_cheaper_measured_config_send_the_job_back():
     # calibration made the fit see 3,1 near its vertex; the job measured it (and 2,2) slower than 2,1
     past = history((3, 1, 2.6), (3, 1, 2.5), (2, 2, 2.4), (2, 1, 2.1))
-    decided = decide(POLICIES["coach"], past)
+    decided = decide(RUN_POLICIES["coach"], past)
 
     assert (decided.workers, decided.servers) == (2, 1)
     assert decided.details["choice"] == ("stays at (2,1): (2,1) 2.1 s per epoch (measured), growth found nothing "
@@ -64,7 +65,7 @@ def test_measured_epochs_slower_than_a_cheaper_measured_config_send_the_job_back
 
 def test_a_job_that_measured_one_config_probes_its_neighbour_the_fit_got_wrong():
     # the fit was 20% off about 3,1 before the job ran it, so a neighbour of 2,1 predicted a little slower is probed
-    decided = decide(POLICIES["coach"], history((3, 1, 2.6), (3, 1, 2.5), (2, 1, 2.2)))
+    decided = decide(RUN_POLICIES["coach"], history((3, 1, 2.6), (3, 1, 2.5), (2, 1, 2.2)))
     assert (decided.workers, decided.servers) == (2, 2)
     assert decided.details["choice"].startswith("probes (2,2) (+1 server) from (2,1) for one epoch")
 
