@@ -3,7 +3,7 @@ real MXNet, the wall clock) or the virtual-time driver (simulated platform, simu
 what both write: the run summary and every job's log lines.
 
 Both halves read their results back from disk (`summary.json`, `<job>.jsonl`), so the suite also checks that a
-simulated run writes the same files as a live one. The live half is marked `integration`.
+simulated run writes the same files as a live one. The live half is marked `slow`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Drive:
         return report.run_dir
 
 
-@pytest.fixture(params=["virtual", pytest.param("live", marks=pytest.mark.integration)])
+@pytest.fixture(params=["virtual", pytest.param("live", marks=pytest.mark.slow)])
 def drive(request, tmp_path) -> Drive:
     return Drive(request.param, tmp_path / "results")
 

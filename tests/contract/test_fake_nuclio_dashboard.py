@@ -463,7 +463,7 @@ def test_a_pod_deleted_under_a_running_function_is_replaced_once_it_is_gone(dash
     wait_for(lambda: dashboard.state("coach-mnist-worker-0") == "ready", what="ready again")
 
 
-@pytest.mark.integration  # a second Python that imports the kubernetes client: a few seconds
+@pytest.mark.slow  # a second Python that imports the kubernetes client: a few seconds
 def test_runs_alone_and_stops_on_sigterm(kubeconfig, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.fakes.nuclio_dashboard", "--kubeconfig", str(kubeconfig), "--port", "0",

@@ -8,6 +8,7 @@ process, and the token is in no log; a cancel stops the running epoch whichever 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -27,7 +28,7 @@ from tests.contract.nuclio_support import (  # noqa: F401 - fixtures
     REPO, bind, core, dashboard, kubeconfig, the_pod, wait_for,
 )
 
-pytestmark = pytest.mark.integration  # MXNet in every wrapper process: a few seconds each
+pytestmark = pytest.mark.slow  # MXNet in every wrapper process: a few seconds each
 
 TOKEN = "run-token-5e3c"
 SCHEDULER = FunctionId("lenet", Role.SCHEDULER, 0)
@@ -106,7 +107,8 @@ def test_a_cancel_stops_the_running_epoch_whichever_worker_process_receives_it(p
                                deadline_s=60.0)
         with ThreadPoolExecutor(1) as pool:
             epoch = pool.submit(platform.invoke, ref, request, 60.0)
-            wait_for(lambda: listens(request.ps.root_port), timeout_s=20, what="the epoch's ps-lite scheduler")
+            wait_for(functools.partial(listens, request.ps.root_port), timeout_s=20,
+                     what="the epoch's ps-lite scheduler")
             entries = os.listdir(registry) if registry.exists() else []
             owners += [parent_of(int(entry.split("-")[0])) for entry in entries]
             cancel = invoke(dashboard, SCHEDULER, {"action": "cancel"}, {TOKEN_HEADER: TOKEN})

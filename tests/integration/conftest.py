@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +44,13 @@ def wait_until(predicate, timeout_s: float, step_s: float = 0.2) -> bool:
             return True
         time.sleep(step_s)
     return predicate()
+
+
+@pytest.fixture
+def chromium() -> str:
+    """The Chromium Playwright launches: Debian's (`make chromium`), or COACH_CHROMIUM. A test that uses it is marked
+    `browser` (tests/conftest.py)."""
+    return os.environ.get("COACH_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture

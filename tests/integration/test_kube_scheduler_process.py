@@ -17,8 +17,6 @@ import requests
 from coach.domain.kube import LEASE_NAME
 from tests.contract.kube_scheduler_support import kube, wait_for  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.integration
-
 COACH = str(Path(sys.executable).with_name("coach"))
 
 

@@ -20,7 +20,6 @@ from kubernetes import client, config
 from coach.domain.identity import JOB_LABEL
 from coach.domain.kube import FAILED_SCHEDULING, SCHEDULER_NAME, SLOTS_LABEL
 
-pytestmark = pytest.mark.integration
 KUBECTL_TIMEOUT_S = 60.0
 PENDING_MESSAGE = "gang: waiting for quorum: 1 of 3 pods of job lenet can be placed (0/1 nodes have 3 free slots)"
 
@@ -56,7 +55,7 @@ def pending_pod(api_client: client.ApiClient, ns: str, name: str) -> client.V1Po
 
 
 def post_core_event(api_client: client.ApiClient, ns: str, pod: client.V1Pod) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     client.CoreV1Api(api_client).create_namespaced_event(ns, client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name=f"{pod.metadata.name}."), reason=FAILED_SCHEDULING,
         message=PENDING_MESSAGE, type="Warning", count=1, first_timestamp=now, last_timestamp=now,
@@ -68,7 +67,7 @@ def post_core_event(api_client: client.ApiClient, ns: str, pod: client.V1Pod) ->
 def post_events_v1_event(api_client: client.ApiClient, ns: str, pod: client.V1Pod) -> None:
     client.EventsV1Api(api_client).create_namespaced_event(ns, client.EventsV1Event(
         metadata=client.V1ObjectMeta(name=f"{pod.metadata.name}.{uuid.uuid4().hex[:16]}"),  # as kube's recorder
-        event_time=datetime.datetime.now(datetime.timezone.utc), reason=FAILED_SCHEDULING, note=PENDING_MESSAGE,
+        event_time=datetime.datetime.now(datetime.UTC), reason=FAILED_SCHEDULING, note=PENDING_MESSAGE,
         type="Warning", action="Scheduling", reporting_controller=SCHEDULER_NAME, reporting_instance="replica-a",
         regarding=client.V1ObjectReference(kind="Pod", namespace=ns, name=pod.metadata.name, uid=pod.metadata.uid,
                                            api_version="v1")))

@@ -33,8 +33,6 @@ from coach.inputs.jobs import load_job
 from tests.integration.conftest import MODELS, wait_until
 from tests.support import kube_client
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 SLOTS = 4  # one node: lenet-mnist (2 workers, 1 server, 1 PS scheduler) fills it; the small job must wait
 

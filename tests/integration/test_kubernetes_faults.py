@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import yaml
 
 from coach.app.compose import Site
@@ -22,8 +21,6 @@ from coach.inputs.jobs import load_job
 from coach.platforms.nuclio import NuclioPlatform
 
 from tests.integration.conftest import MODELS
-
-pytestmark = pytest.mark.integration
 
 REQUEUE_BACKOFF_S = 0.05  # first requeue backoff (production: 1 s); doubles per requeue, as in production
 

@@ -1,9 +1,9 @@
 """`coach run --checkpoints s3://bucket/prefix` against a real S3-protocol server on loopback (moto's server mode).
 
-Fast tests first: the option's one-line refusals (exit 2, nothing written), and a run whose simulated workers
-upload real objects (as rank 0 does: both objects, then the marker) interrupted and resumed from the store its
-manifest names. Then, marked `integration`, real training: function hosts that save to and load from the
-bucket, a run interrupted by Ctrl-C and resumed with `coach run --resume` from its s3 checkpoint.
+The quick ones first: the option's one-line refusals (exit 2, nothing written), and a run whose simulated
+workers upload real objects (as rank 0 does: both objects, then the marker) interrupted and resumed from the store
+its manifest names. Then real training: function hosts that save to and load from the bucket, a run interrupted by
+Ctrl-C and resumed with `coach run --resume` from its s3 checkpoint.
 """
 
 from __future__ import annotations
@@ -226,7 +226,6 @@ def trained(results: Path, job: str) -> int:
     return logs[0].read_text().count('"phase": "training"') if logs else 0
 
 
-@pytest.mark.integration
 def test_real_training_checkpoints_to_the_bucket_and_resumes_from_it_after_ctrl_c(tmp_path, bucket, s3, marker):
     name, url, results = f"{marker}-s3", f"s3://{bucket}/runs", tmp_path / "results"
     epochs = 5

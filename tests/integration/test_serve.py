@@ -15,18 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import requests
 
 from coach.storage.results import read_log
 from tests.integration.conftest import LENET, MODELS, host_processes, wait_until
 from tests.support import stop_process, wait_for
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("COACH_TEST_ARTIFACTS", REPO / "test-artifacts"))
-CHROMIUM = os.environ.get("COACH_CHROMIUM", "/usr/bin/chromium")
 
 
 def start_server(results: Path, models: Path, out: Path) -> tuple[subprocess.Popen, str]:
@@ -87,7 +83,7 @@ def test_a_server_killed_mid_job_resumes_it_on_restart_and_it_finishes(tmp_path,
     assert json.loads((results / "service.json").read_text())["run_id"] == run_dir.name
 
 
-def test_the_page_submits_a_lenet_job_and_shows_its_epochs_live(tmp_path, marker):
+def test_the_page_submits_a_lenet_job_and_shows_its_epochs_live(tmp_path, marker, chromium):
     from playwright.sync_api import expect, sync_playwright
 
     results, out = tmp_path / "results", tmp_path / "serve.out"
@@ -96,7 +92,7 @@ def test_the_page_submits_a_lenet_job_and_shows_its_epochs_live(tmp_path, marker
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1366, "height": 900})
             page.goto(url + "/")
             expect(page.locator("#live")).to_have_text("live", timeout=20_000)

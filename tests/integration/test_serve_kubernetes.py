@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 import requests
 
 from coach.app.compose import PLACEMENT_OF, Site
@@ -16,8 +15,6 @@ from coach.service.session import ServedRun
 from coach.storage.results import read_log
 from tests.integration.conftest import MODELS, wait_until
 from tests.support import wait_for
-
-pytestmark = pytest.mark.integration
 
 
 def test_a_job_submitted_to_a_server_on_kubernetes_trains_to_its_end(stack, tmp_path):

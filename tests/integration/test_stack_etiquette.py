@@ -15,7 +15,7 @@ import yaml
 
 from tests.integration.conftest import MODELS, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.kube]
+pytestmark = pytest.mark.kube  # its stack starts a control plane of its own, not the `control_plane` fixture's
 
 REPO = Path(__file__).resolve().parents[2]
 
