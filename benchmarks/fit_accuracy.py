@@ -42,7 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +104,7 @@ def measure(args) -> int:
     from epoch_overhead import CpuMeter  # what other processes use meanwhile: the machine is shared
     points = [tuple(int(n) for n in p.split("x")) for p in args.points.split(",")]
     started = time.monotonic()
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     print(f"# {' '.join(sys.argv)}  (cpus: {os.cpu_count()})", flush=True)
     saved = {"schema": SCHEMA, "model": args.name or Path(base["model"]).stem, "job": str(args.job),
              "command": " ".join(sys.argv), "cpus": os.cpu_count(), "started": started_at, "duration_s": None,

@@ -38,6 +38,7 @@ Side effects: forks processes, reads the model file, reads and writes checkpoint
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import importlib.util
 import json
@@ -373,7 +374,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def epoch_work(host: HostState, request: EpochRequest, joined: "InThread | None" = None) -> dict:
+def epoch_work(host: HostState, request: EpochRequest, joined: InThread | None = None) -> dict:
     """What an epoch child of the request's role does (in the child; the model comes from the host's cache), with
     the ps-lite node a spare started ahead at the request's rendezvous, if any."""
     if request.role == "worker":
@@ -407,7 +408,7 @@ def learn_classes(host: HostState, model_path: str, module, reply: dict) -> None
             host.classes[path] = (module, classes)
 
 
-def join_ahead(role: str, ps: PsAddress) -> "InThread":
+def join_ahead(role: str, ps: PsAddress) -> InThread:
     """Start this role's ps-lite node at `ps` now, before any request for it: a worker joins (its kvstore), a
     scheduler or server starts serving (its result: what `run_ps_node` replies, once every worker has left);
     either waits in the rendezvous until every node of it has come."""
@@ -523,8 +524,8 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
                         continue
                     request = EpochRequest.from_dict(message["request"])
                     _registered(host)
-                    _run_and_reply(request, lambda r: epoch_work(host, r, joined), float(message["started_s"]),
-                                   reply_write)
+                    _run_and_reply(request, functools.partial(epoch_work, host, joined=joined),
+                                   float(message["started_s"]), reply_write)
                     break
             except BaseException as error:  # before its request (joining, reading it): the host sees it die
                 status = 1
@@ -793,7 +794,7 @@ def _shard(data: dict, request: EpochRequest, rank: int) -> tuple[Any, Any]:
     return x[mine], y[mine]
 
 
-def run_worker_epoch(request: EpochRequest, module, data: dict, joining: "InThread | None" = None,
+def run_worker_epoch(request: EpochRequest, module, data: dict, joining: InThread | None = None,
                      classes_known: Any = UNKNOWN) -> dict:
     """Child side of a worker: build the model, load the checkpoint, train one epoch on its shard, validate its
     slice of the validation set (coach_functions/validation.py); rank 0 replies the whole set's figures and saves.

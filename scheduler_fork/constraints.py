@@ -11,7 +11,7 @@ Side effects: none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping
 
 #: Resource names, as in a pod's requests and a node's status.allocatable.
 CPU, MEMORY, PODS = "cpu", "memory", "pods"
@@ -37,7 +37,7 @@ Amounts = tuple[tuple[str, int], ...]
 Labels = tuple[tuple[str, str], ...]
 
 
-def amounts(value: Union[Mapping[str, int], Iterable[tuple[str, int]], None], what: str) -> Amounts:
+def amounts(value: Mapping[str, int] | Iterable[tuple[str, int]] | None, what: str) -> Amounts:
     """`value` (a mapping or pairs) as sorted pairs without zero amounts; ValueError unless every amount is a
     whole number >= 0."""
     pairs = value.items() if isinstance(value, Mapping) else (value or ())
@@ -52,7 +52,7 @@ def amounts(value: Union[Mapping[str, int], Iterable[tuple[str, int]], None], wh
     return tuple(sorted(out.items()))
 
 
-def labels(value: Union[Mapping[str, str], Iterable[tuple[str, str]], None], what: str) -> Labels:
+def labels(value: Mapping[str, str] | Iterable[tuple[str, str]] | None, what: str) -> Labels:
     """`value` (a mapping or pairs) as sorted (key, value) pairs; ValueError unless every key and value is a string."""
     pairs = value.items() if isinstance(value, Mapping) else (value or ())
     out = {}

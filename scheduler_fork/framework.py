@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Protocol, Union, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 from coach.domain.identity import QUORUM
 from coach.domain.identity import ROLES as _ROLES
@@ -191,10 +191,10 @@ def default_group(job: str) -> PodGroup:
 # ---- plugin verdicts -------------------------------------------------------------------------------------------
 
 #: PreFilter, Filter and Reserve plugins answer None (fits) or a short reason (unschedulable, kube's Status).
-Reason = Union[str, None]
+Reason = str | None
 #: A Filter plugin may give several reasons for one node (kube's NodeResourcesFit: "Insufficient cpu" and
 #: "Insufficient memory"); each counts the node once in the pod's pending reason.
-FilterReason = Union[str, tuple[str, ...], None]
+FilterReason = str | tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ class Reject:
     reason: str  # why, for the pod's pending reason
 
 
-PermitVerdict = Union[Allow, Wait, Reject]
+PermitVerdict = Allow | Wait | Reject
 
 
 # ---- plugin protocols (one per extension point; a plugin may implement several) ------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
 
 ALPHA = 0.05
 POWER = 0.8

@@ -37,7 +37,7 @@ class Site:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: object, platform: str) -> "Site":
+    def from_dict(cls, data: object, platform: str) -> Site:
         """The site a run.json recorded (none before sites were recorded: the local one); ValueError naming the
         field that is not a string."""
         if data is None:

@@ -52,7 +52,7 @@ class FunctionId:
         return {JOB_LABEL: self.job, ROLE_LABEL: self.role.value, INDEX_LABEL: str(self.index)}
 
     @classmethod
-    def from_labels(cls, labels: Mapping[str, str]) -> "FunctionId":
+    def from_labels(cls, labels: Mapping[str, str]) -> FunctionId:
         """The inverse of `labels`; KeyError/ValueError when a label is missing or wrong."""
         return cls(labels[JOB_LABEL], Role(labels[ROLE_LABEL]), int(labels[INDEX_LABEL]))
 

@@ -44,7 +44,7 @@ class JobSpec:
         return self.workers, self.servers
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
         """The inverse of to_dict, for a run's manifest (already validated when the run started)."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}

@@ -88,7 +88,7 @@ SUMMARY = "summary.json"
 EXIT_INTERRUPTED = 130
 
 #: How each allocation turns into job fields. Static jobs get the matrix's `static` counts; dynamic jobs get none.
-ALLOCATIONS: dict[str, Callable[["Matrix"], dict[str, int]]] = {
+ALLOCATIONS: dict[str, Callable[[Matrix], dict[str, int]]] = {
     "static": lambda matrix: {"workers": matrix.static_workers, "servers": matrix.static_servers},
     "dynamic": lambda matrix: {},
 }

@@ -209,7 +209,7 @@ class _BoundWatch:
                 if obj.get("spec", {}).get("nodeName") and name not in self.bound_at_s:
                     self.bound_at_s[name] = now_s
 
-    def start(self) -> "_BoundWatch":
+    def start(self) -> _BoundWatch:
         self._informer.start()
         if not self._informer.synced.wait(60):
             raise RuntimeError("the pods watch did not list within 60 s")
@@ -268,7 +268,7 @@ class Bench:
                     f"{PODGROUP_PLURAL}.{PODGROUP_GROUP}")
             except client.ApiException as error:
                 if error.status == 404:
-                    raise RuntimeError("the PodGroup CRD is not installed: kubectl apply -k deploy/crds/")
+                    raise RuntimeError("the PodGroup CRD is not installed: kubectl apply -k deploy/crds/") from None
                 raise
         self.say(f"creating namespace {self.namespace}, {self.nodes} nodes and the PodGroups")
         finish(self.core.create_namespace({"metadata": {"name": self.namespace, "labels": {BENCH_LABEL: self.run_id}}},

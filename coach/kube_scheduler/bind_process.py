@@ -83,7 +83,7 @@ class ProcessBinder:
         self._sender = threading.Thread(target=self._send_loop, name="coach-scheduler-bind-send", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="coach-scheduler-bind-read", daemon=True)
 
-    def start(self) -> "ProcessBinder":
+    def start(self) -> ProcessBinder:
         ours, theirs = socket.socketpair()
         with ours, theirs:
             self._process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],

@@ -98,7 +98,7 @@ class Binder:
         self._threads = [threading.Thread(target=self._work, name=f"coach-scheduler-bind-{i}", daemon=True)
                          for i in range(threads)]
 
-    def start(self) -> "Binder":
+    def start(self) -> Binder:
         for thread in self._threads:
             thread.start()
         return self

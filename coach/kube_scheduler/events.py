@@ -113,7 +113,7 @@ class EventPoster:
         self._thread = threading.Thread(target=self._run, name="coach-scheduler-events", daemon=True)
         self.posted = 0  # Events and patches written
 
-    def start(self) -> "EventPoster":
+    def start(self) -> EventPoster:
         self._thread.start()
         return self
 

@@ -56,7 +56,7 @@ class GroupStatusWriter:
         self._thread = threading.Thread(target=self._run, name="coach-scheduler-podgroups", daemon=True)
         self.written = 0  # patches sent
 
-    def start(self) -> "GroupStatusWriter":
+    def start(self) -> GroupStatusWriter:
         self._thread.start()
         return self
 

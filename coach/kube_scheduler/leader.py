@@ -70,7 +70,7 @@ class LeaseElector:
         with self._lock:
             return self._valid_until if self._holding else 0.0
 
-    def start(self) -> "LeaseElector":
+    def start(self) -> LeaseElector:
         self._thread.start()
         return self
 

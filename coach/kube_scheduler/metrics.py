@@ -46,7 +46,7 @@ class Metrics:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
     def log_message(self, format, *args) -> None:  # noqa: A002 - the base class's name
         """Quiet: Prometheus scrapes every few seconds."""
@@ -90,7 +90,7 @@ class MetricsServer:
     def port(self) -> int:
         return self._server.server_address[1]
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         return self
 

@@ -278,7 +278,7 @@ def resource_version(obj: Mapping[str, Any]) -> str | None:
 
 def rfc3339(now_s: float, micro: bool = False) -> str:
     """A Kubernetes Time (seconds) or MicroTime (microseconds), in UTC."""
-    moment = datetime.datetime.fromtimestamp(now_s, tz=datetime.timezone.utc)
+    moment = datetime.datetime.fromtimestamp(now_s, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -291,5 +291,5 @@ def parse_time_s(text: Any) -> float | None:
     except ValueError:
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()

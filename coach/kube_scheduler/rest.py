@@ -26,7 +26,7 @@ def read_json(response) -> Any:
 def finish(response) -> None:
     """Read and drop the body (a Status we do not need); the connection goes back to the pool."""
     try:
-        response.data
+        response.read()
     finally:
         response.release_conn()
 

@@ -77,7 +77,7 @@ class Informer:
         self._interrupted = False
         self._thread = threading.Thread(target=self._run, name=f"coach-scheduler-watch-{kind}", daemon=True)
 
-    def start(self) -> "Informer":
+    def start(self) -> Informer:
         self._thread.start()
         return self
 

@@ -110,7 +110,7 @@ def nuclio_event(body: bytes, content_type: str, headers: dict, method: str, pat
         method=method,
         path=path,
         size=len(body),
-        timestamp=datetime.datetime.now(datetime.timezone.utc),
+        timestamp=datetime.datetime.now(datetime.UTC),
         url=path,
     )
 

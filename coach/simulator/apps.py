@@ -400,7 +400,7 @@ def load_app(traces_dir: Path, name: str) -> App:
     return _load_app(str(Path(traces_dir).resolve()), name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_app(traces_dir: str, name: str) -> App:
     folder = Path(traces_dir) / name
     if not folder.is_dir():

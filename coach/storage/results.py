@@ -16,7 +16,7 @@ import os
 import secrets
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,7 +25,7 @@ from coach.domain.records import EpochRecord
 
 def new_run_id(now_s: float | None = None) -> str:
     """Sortable and unique: UTC time plus a short random suffix."""
-    stamp = datetime.fromtimestamp(time.time() if now_s is None else now_s, tz=timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.fromtimestamp(time.time() if now_s is None else now_s, tz=UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{secrets.token_hex(2)}"
 
 

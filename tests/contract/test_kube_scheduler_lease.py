@@ -86,7 +86,7 @@ def test_expiry_is_judged_by_this_replicas_clock_not_by_the_holders_renew_time(a
     day_s = 86400.0
 
     def write(holder: str, renewed_s: float, create: bool = False) -> None:
-        stamp = datetime.datetime.fromtimestamp(renewed_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = datetime.datetime.fromtimestamp(renewed_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         body = {"metadata": {"name": LEASE_NAME}, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 2,
                                                            "renewTime": stamp, "acquireTime": stamp}}
         if create:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import functools
 import ipaddress
 import json
 import secrets
@@ -69,7 +70,7 @@ def _pem_key(key) -> bytes:
 
 def write_certificates(folder: Path) -> None:
     """A CA, the apiserver's serving certificate (127.0.0.1, localhost) and the service-account key pair."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "coach-test-ca")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
@@ -118,7 +119,7 @@ class ControlPlane:
 
     # ---- life ----------------------------------------------------------------------------------------------
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         self.bin = ensure_built() / "bin"
         self.workdir.mkdir(parents=True, exist_ok=True)
         pki = self.workdir / "pki"
@@ -221,7 +222,7 @@ class ControlPlane:
         self._start_apiserver()
         self.wait_ready()
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -299,7 +300,7 @@ class ControlPlane:
         """
         resources = {"cpu": cpu, "memory": memory, "pods": pods}
         status = "True" if ready else "False"
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self.client() as api:
             core = client.CoreV1Api(api)
             core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
@@ -319,15 +320,15 @@ class ControlPlane:
         with self.client() as api:
             core = client.CoreV1Api(api)
             for name in names:
-                _ignore_missing(lambda: core.delete_node(name))
+                _ignore_missing(functools.partial(core.delete_node, name))
 
     def force_delete_pods(self, namespace: str) -> None:
         """Delete every pod of `namespace` at once (grace 0), as a kubelet confirms a pod's end."""
         with self.client() as api:
             core = client.CoreV1Api(api)
             for pod in core.list_namespaced_pod(namespace).items:
-                _ignore_missing(lambda: core.delete_namespaced_pod(pod.metadata.name, namespace,
-                                                                   grace_period_seconds=0))
+                _ignore_missing(functools.partial(core.delete_namespaced_pod, pod.metadata.name, namespace,
+                                                  grace_period_seconds=0))
 
     # ---- the real default scheduler -------------------------------------------------------------------------
 

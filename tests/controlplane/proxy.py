@@ -25,7 +25,7 @@ class Relay:
         self._cut = threading.Event()
         self._stopped = threading.Event()
 
-    def start(self) -> "Relay":
+    def start(self) -> Relay:
         threading.Thread(target=self._accept, name="relay-accept", daemon=True).start()
         return self
 

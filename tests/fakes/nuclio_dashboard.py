@@ -197,7 +197,7 @@ class FakeDashboard:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "FakeDashboard":
+    def start(self) -> FakeDashboard:
         thread = threading.Thread(target=self._server.serve_forever, name="fake-nuclio-http", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -226,7 +226,7 @@ class FakeDashboard:
         self._api.close()
         shutil.rmtree(self._pods_dir, ignore_errors=True)
 
-    def __enter__(self) -> "FakeDashboard":
+    def __enter__(self) -> FakeDashboard:
         return self.start()
 
     def __exit__(self, *exc) -> None:

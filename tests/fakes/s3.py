@@ -36,7 +36,7 @@ class LoopbackS3:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "LoopbackS3":
+    def start(self) -> LoopbackS3:
         """Listen (an OSError here when the port is taken), then serve in a thread; what moto's
         ThreadedMotoServer does, except that a failed bind raises instead of leaving its caller waiting."""
         from moto.moto_server.werkzeug_app import (DomainDispatcherApplication, MotoRequestHandler,
@@ -69,7 +69,7 @@ class LoopbackS3:
         self._server.server_close()
         self._server = self._thread = None
 
-    def __enter__(self) -> "LoopbackS3":
+    def __enter__(self) -> LoopbackS3:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -64,7 +64,7 @@ class LoopbackStack:
     own_plane: bool = False  # this stack started the control plane
     audit_from: int = 0  # the audit log's length when the stack started
 
-    def start(self, with_scheduler: bool = True) -> "LoopbackStack":
+    def start(self, with_scheduler: bool = True) -> LoopbackStack:
         """Bring the parts up; if one fails, what is up already is stopped before the error propagates."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
@@ -156,7 +156,7 @@ class LoopbackStack:
                       file=sys.stderr, flush=True)
         self.dashboard = self.s3 = None
 
-    def __enter__(self) -> "LoopbackStack":
+    def __enter__(self) -> LoopbackStack:
         return self.start()
 
     def __exit__(self, *exc) -> None:

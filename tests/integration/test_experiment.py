@@ -259,7 +259,7 @@ class JctRunner(FakeRunner):
     def __call__(self, specs, cluster, results_root, view, scheduler, placement_timeout_s):
         report = super().__call__(specs, cluster, results_root, view, scheduler, placement_timeout_s)
         jcts = self.jcts[(len(self.calls) - 1) % len(self.jcts)]
-        for (name, outcome), jct in zip(report.summary["jobs"].items(), jcts):
+        for outcome, jct in zip(report.summary["jobs"].values(), jcts):
             outcome["jct_s"] = jct
         return report
 

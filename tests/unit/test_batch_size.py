@@ -150,7 +150,7 @@ def test_the_probe_reads_the_local_gradient_before_the_step_and_the_summed_one_a
     probe = NoiseProbe([_Param(grad), _Param(mx.nd.array([1.0]), grad_req="null")], num_workers=2, batch_size=4,
                        every=2)
 
-    for step in range(4):
+    for _ in range(4):
         probe.before_step(4)
         grad[:] = mx.nd.array([12.0, 4.0])  # the push-pull: the sum over 8 samples, mean (1.5, 0.5)
         probe.after_step()

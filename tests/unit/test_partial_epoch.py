@@ -79,8 +79,8 @@ def test_one_late_clock_stops_every_worker_after_the_same_step():
     # worker 0's clock runs fast: it sees its stop time (1.0 s) after a few steps; worker 1's never would
     votes = [StopVote(kv, stop_at_s=1.0, clock=Clock(0.125)), StopVote(kv, stop_at_s=1.0, clock=Clock(0.001))]
     steps = [0, 0]
-    for step in range(100):
-        decisions = [vote.stop() for vote in votes]  # before pushing step `step`'s gradients
+    for _ in range(100):
+        decisions = [vote.stop() for vote in votes]  # before pushing this step's gradients
         assert decisions[0] == decisions[1]
         if decisions[0]:
             break
