@@ -13,7 +13,7 @@ column i * kinds + k), STOP last; the value is the critic's estimate of the disc
 1 for the simulator's GPU jobs (one more GPU) and 3 for Coach's own jobs (one more worker, one more server, or
 both; coach.dl2.run_round); the feature widths are those of the round the network reads.
 `NumpyNet` computes the same numbers from the Gluon parameters (a round makes up to one decision per GPU, and a
-small Gluon call costs ~0.2 ms, numpy ~0.02 ms).
+small Gluon call costs far more than numpy's).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Bindings sent from a child process: the same contract as `binder.Binder`, with the HTTP off the scheduler's GIL.
 
-A binding's POST through the official client costs the sending process about 0.45 ms of CPU (urllib3 and
-http.client, measured with py-spy), as much as the rest of the scheduler's work on the pod; in one process the
+A binding's POST through the official client costs the sending process as much CPU as the rest of the
+scheduler's work on the pod (urllib3 and http.client, as py-spy shows); in one process the
 two share one core. Here the scheduler's process only hands batches of (id, namespace, name, uid, node) over a
 socket pair to a child process (`python -m coach.kube_scheduler.bind_process`, a fresh interpreter: never a
 fork of a process with threads, and never a re-import of the caller's main module as multiprocessing's spawn
@@ -47,7 +47,7 @@ REFRESH_S = 0.02
 #: How often the parent renews its credentials (its client's refresh hook) and passes changes on to the child.
 AUTH_REFRESH_S = 1.0
 #: How long the child lets outcomes gather, so that one message carries several (against sending each at once,
-#: the benchmark showed no difference beyond the machine's ±10% spread).
+#: benchmarks/kube_scheduler_throughput.py shows no difference beyond the machine's noise).
 ANSWER_BATCH_S = 0.005
 #: How long stop() waits for the child to finish the bindings it is sending.
 STOP_WAIT_S = 60.0

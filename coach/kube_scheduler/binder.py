@@ -50,7 +50,7 @@ def post_binding(poster: JsonPoster, core: client.CoreV1Api, namespace: str, nam
     """One binding POST -> (result, the pod as it is now after a CONFLICT, the detail after a FAILED)."""
     path = f"/api/v1/namespaces/{path_segment(namespace)}/pods/{path_segment(name)}/binding"
     # the V1Binding as a JSON dict: the generated model classes copy the client's whole configuration on every
-    # construction, which measured here doubled the client's cost of a binding
+    # construction, which about doubles the client's cost of a binding
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
     status, reason, _ = poster.post(path, body)  # the body (a Status) is not needed

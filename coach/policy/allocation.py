@@ -38,7 +38,7 @@ The rules, in order:
    A job that stays probes one neighbour of its counts (+1 or -1 worker or server) that it has never run at
    full epochs, that fits its limits, budget and the free slots, and that the fit predicts at most the job's
    `probe_margin` slower (the fit's own error on this job, coach.policy.measured.probe_margin): the fastest
-   predicted such neighbour, for one epoch. Why: calibration mini-epochs and the fit can be 15-20% off, so a
+   predicted such neighbour, for one epoch. Why: calibration mini-epochs and the fit can be well off, so a
    neighbour predicted a little slower may be the fastest; one epoch tells.
    With the speeds of coach.policy.measured (a job's own median full-epoch time wherever it has one), this
    bounds exploration: a move to counts never run (growth's or a probe) costs one epoch, after which those
