@@ -59,7 +59,7 @@ from coach.lifecycle.job import JobLifecycle  # noqa: E402
 from coach.estimates.speed_forms import CHOSEN_FORM  # noqa: E402
 from coach.platforms.virtual import VirtualJobModel, VirtualPlatform  # noqa: E402
 from coach.policy.history import full_epoch_time_s  # noqa: E402
-from coach.policy.run_policy import ClusterView, CoachPolicy, Policy  # noqa: E402
+from coach.policy.run_policy import RunClusterView, CoachPolicy, RunPolicy  # noqa: E402
 from coach.storage.checkpoints import MemoryCheckpointStore  # noqa: E402
 from coach.storage.results import MemorySink  # noqa: E402
 from coach.views.terminal import QuietView  # noqa: E402
@@ -76,7 +76,7 @@ LENET_CALIBRATION = {(1, 1): 1.993, (1, 2): 2.039, (2, 1): 1.412, (2, 2): 1.435}
 LENET_FIXED_S = 0.35  # the per-epoch fixed part, as benchmarks/epoch_overhead.py measures it
 #: One node, as the default cluster, with slots to spare: the job's limits, not capacity, bound the choice.
 CLUSTER = ClusterSpec("regret-bench", (NodeSpec("node-0", 16, 0.0001),))
-POLICIES: Mapping[str, Policy] = {"before": CoachPolicy(measured=False), "after": CoachPolicy()}
+POLICIES: Mapping[str, RunPolicy] = {"before": CoachPolicy(measured=False), "after": CoachPolicy()}
 
 
 class BadInput(Exception):
@@ -133,7 +133,7 @@ class NoisyPlatform(VirtualPlatform):
         return super().invoke(ref, request, timeout_s)
 
 
-def run_job(spec: JobSpec, table: Table, policy: Policy, seed: int, noise: float) -> list[dict]:
+def run_job(spec: JobSpec, table: Table, policy: RunPolicy, seed: int, noise: float) -> list[dict]:
     """One dynamic job alone in virtual time: its training log lines (as coach.app.virtual_run composes a run)."""
     store = MemoryCheckpointStore()
     model = NoisyTableModel(fixed_s=table.fixed_s, table=table, seed=seed, noise=noise)
@@ -142,7 +142,7 @@ def run_job(spec: JobSpec, table: Table, policy: Policy, seed: int, noise: float
     ports = Ports(placement=PLACEMENTS["scheduler_fork"](CLUSTER, "gang", platform, Site()), platform=platform, store=store,
                   sinks={spec.name: sink}, view=QuietView("regret"))
     lifecycle = JobLifecycle(spec, "regret", CLUSTER, policy.calibration(spec), 30.0)
-    driver = VirtualDriver([lifecycle], policy, ClusterView(CLUSTER.total_slots, 0.0001), ports,
+    driver = VirtualDriver([lifecycle], policy, RunClusterView(CLUSTER.total_slots, 0.0001), ports,
                            SequentialFanOut(), lambda lc, now_s: None, start_s=START_S)
     driver.run([(spec.name, ev.Start(START_S))])
     if sink.records[-1].get("stop_reason") != "max_epochs":  # every job must run to max_epochs

@@ -29,10 +29,10 @@ from coach.dl2.learn_run import CountsTrainSettings, episode
 from coach.dl2.run_policy import Dl2RunPolicy
 from coach.app.virtual_run import run_virtual
 from coach.policy.run_policy import CoachPolicy
-from coach.dl2 import COUNTS_IMITATION_MODEL, COUNTS_MODEL
+from coach.dl2 import RUN_IMITATION_MODEL, RUN_MODEL
 
-POLICIES = {"coach": CoachPolicy, "dl2-imitation": lambda: Dl2RunPolicy(COUNTS_IMITATION_MODEL),
-            "dl2": lambda: Dl2RunPolicy(COUNTS_MODEL)}
+POLICIES = {"coach": CoachPolicy, "dl2-imitation": lambda: Dl2RunPolicy(RUN_IMITATION_MODEL),
+            "dl2": lambda: Dl2RunPolicy(RUN_MODEL)}
 HELD_OUT_STREAM = 20  # training draws its episodes from streams 10-12
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from coach.simulator.policies import POLICIES
+from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.session import Settings, cluster_from, simulate
 
 PHILLY_GOAL_S = 60.0
@@ -46,7 +46,7 @@ def main() -> int:
     parser.add_argument("--data", required=True, type=Path, help="the pollux data folder (workloads*/, traces/)")
     parser.add_argument("--part", choices=("philly", "workloads", "both"), default="both")
     parser.add_argument("--workloads", type=int, nargs="*", default=list(range(1, 9)))
-    parser.add_argument("--policies", nargs="*", default=sorted(POLICIES))
+    parser.add_argument("--policies", nargs="*", default=sorted(CLUSTER_POLICIES))
     args = parser.parse_args()
     worst = 0.0
     if args.part in ("workloads", "both"):

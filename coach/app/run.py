@@ -35,7 +35,7 @@ from coach.lifecycle import events as ev
 from coach.lifecycle.job import NORMAL_ENDINGS, REQUEUE_BACKOFF_S, USER_STOP, JobLifecycle
 from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_from_checkpoint,
                                   history_from_records)
-from coach.policy.run_policy import DEFAULT_POLICY, ClusterView
+from coach.policy.run_policy import DEFAULT_POLICY, RunClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
 from coach.inputs.limits import FileTooLarge, NotRegularFile
@@ -361,8 +361,8 @@ def first_event(history: History | None, now_s: float) -> ev.Event:
     return ev.Start(now_s) if history is None else ev.Resume(now_s, history)
 
 
-def cluster_view(cluster: ClusterSpec) -> ClusterView:
-    return ClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
+def cluster_view(cluster: ClusterSpec) -> RunClusterView:
+    return RunClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
 
 
 def summary_extra(cluster: ClusterSpec, config: RunConfig) -> dict:

@@ -21,7 +21,7 @@ from coach.drivers.virtual import VirtualDriver
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import JobLifecycle
 from coach.policy.history import fill_outcome
-from coach.policy.run_policy import DEFAULT_POLICY, ClusterView, Policy
+from coach.policy.run_policy import DEFAULT_POLICY, RunClusterView, RunPolicy
 from coach.platforms.virtual import VirtualJobModel, VirtualPlatform
 from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic
@@ -42,7 +42,7 @@ def run_virtual(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = DE
                 scheduler: str = "gang", models: Mapping[str, VirtualJobModel] | None = None,
                 fail: frozenset[tuple[str, int, int]] = frozenset(), placement_timeout_s: float = 30.0,
                 run_dir: Path | None = None, run_id: str = "simulated",
-                stop_at_s: float | None = None, deciding: Policy | None = None) -> VirtualRun:
+                stop_at_s: float | None = None, deciding: RunPolicy | None = None) -> VirtualRun:
     """Every job from START_S in virtual time; `stop_at_s` (seconds after the start) sends a stop to all.
     `deciding`: a policy object instead of the registry's `policy` (one being trained; `policy` still names it in
     the summary)."""
@@ -56,13 +56,12 @@ def run_virtual(specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = DE
     def finished(lc: JobLifecycle, now_s: float) -> None:
         fill_outcome(outcomes[lc.spec.name], lc.history, now_s)
 
-    ports = Ports(placement=PLACEMENTS["scheduler_fork"](cluster, scheduler, platform, Site()), platform=platform, store=store, sinks=sinks,
-                  view=QuietView(run_id))
+    ports = Ports(placement=PLACEMENTS["scheduler_fork"](cluster, scheduler, platform, Site()), platform=platform,
+                  store=store, sinks=sinks, view=QuietView(run_id))
     lifecycles = [JobLifecycle(spec, run_id, cluster, chosen.calibration(spec), placement_timeout_s)
                   for spec in specs]
-    driver = VirtualDriver(lifecycles, chosen, ClusterView(cluster.total_slots,
-                                                           max(n.price_per_slot_s for n in cluster.nodes)),
-                           ports, SequentialFanOut(), finished, start_s=START_S)
+    view = RunClusterView(cluster.total_slots, max(n.price_per_slot_s for n in cluster.nodes))
+    driver = VirtualDriver(lifecycles, chosen, view, ports, SequentialFanOut(), finished, start_s=START_S)
     if stop_at_s is not None:
         driver.stop_at(START_S + stop_at_s)
     driver.run([(spec.name, ev.Start(START_S)) for spec in specs])

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The model shipped with Coach (trained by coach.dl2.learn_cluster; the command is in docs/learned-policy.md).
-DEFAULT_MODEL = Path(__file__).with_name("dl2_model.params")
+CLUSTER_MODEL = Path(__file__).with_name("dl2_model.params")
 
 
 def imitation_model(model: Path) -> Path:
@@ -36,17 +36,17 @@ def imitation_model(model: Path) -> Path:
 
 
 #: The same training's network after imitation only (before reinforcement learning), for comparison.
-IMITATION_MODEL = imitation_model(DEFAULT_MODEL)
+CLUSTER_IMITATION_MODEL = imitation_model(CLUSTER_MODEL)
 
 #: The network for Coach's own jobs (workers and servers; coach.dl2.run_round), trained in virtual time by
 #: coach.dl2.learn_run; `coach run --policy dl2` and `coach serve --policy dl2` decide with it.
-COUNTS_MODEL = Path(__file__).with_name("dl2_counts_model.params")
-COUNTS_IMITATION_MODEL = imitation_model(COUNTS_MODEL)
+RUN_MODEL = Path(__file__).with_name("dl2_counts_model.params")
+RUN_IMITATION_MODEL = imitation_model(RUN_MODEL)
 
 
 class ModelFileError(ValueError):
     """A DL2 model file that is missing or does not fit this network (one line, naming the file)."""
 
 
-__all__ = ["COUNTS_IMITATION_MODEL", "COUNTS_MODEL", "DEFAULT_MODEL", "IMITATION_MODEL", "ModelFileError",
+__all__ = ["CLUSTER_IMITATION_MODEL", "CLUSTER_MODEL", "RUN_IMITATION_MODEL", "RUN_MODEL", "ModelFileError",
            "imitation_model"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from coach.dl2 import DEFAULT_MODEL, IMITATION_MODEL, ModelFileError
+from coach.dl2 import CLUSTER_MODEL, CLUSTER_IMITATION_MODEL, ModelFileError
 from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
 from coach.simulator.grants import requested_grant
 from coach.simulator.view import ClusterSnapshot, Grant
@@ -43,7 +43,7 @@ def grants_of(round_: Round, given: np.ndarray) -> dict[str, Grant]:
 
 
 @dataclass
-class Dl2:
+class Dl2ClusterPolicy:
     net: NumpyNet
     window: int = WINDOW
     elastic: bool = True
@@ -54,15 +54,15 @@ class Dl2:
         return grants_of(round_, decide(self.net, round_))
 
 
-def load_policy(model: Path, window: int = WINDOW) -> Dl2:
+def load_policy(model: Path, window: int = WINDOW) -> Dl2ClusterPolicy:
     """The policy of the model file at `model`; ModelFileError (one line naming the file) if it is missing or
     does not fit."""
     from coach.dl2.network import NumpyNet, load_network
 
-    return Dl2(NumpyNet.of(load_network(model)), window)
+    return Dl2ClusterPolicy(NumpyNet.of(load_network(model)), window)
 
 
-def dl2(seed: int, model: Path = DEFAULT_MODEL) -> Dl2:
+def dl2(seed: int, model: Path = CLUSTER_MODEL) -> Dl2ClusterPolicy:
     """The `dl2` policy on `model` (greedy, so `seed` is unused). ModelFileError (a ValueError whose one line names
     the file and says how to train one) when the file is missing or does not fit."""
     del seed
@@ -73,9 +73,9 @@ def dl2(seed: int, model: Path = DEFAULT_MODEL) -> Dl2:
     return load_policy(model)
 
 
-def dl2_imitation(seed: int) -> Dl2:
+def dl2_imitation(seed: int) -> Dl2ClusterPolicy:
     """The `dl2-imitation` policy: the shipped training's network before reinforcement learning."""
-    return dl2(seed, IMITATION_MODEL)
+    return dl2(seed, CLUSTER_IMITATION_MODEL)
 
 
 #: A factory marked learned is no teacher: imitating a network would only copy what it copied.

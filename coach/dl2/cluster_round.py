@@ -27,7 +27,7 @@ import numpy as np
 
 from coach.dl2.observation import Observation, Shape
 from coach.simulator.grants import fit_batch, gpu_cap, requested_gpus
-from coach.simulator.view import AppModel, ClusterSnapshot, JobView, packed_nodes
+from coach.simulator.view import AppModel, ClusterSnapshot, ClusterJobView, packed_nodes
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")  # any other application: a seventh slot
 WINDOW = 64  # jobs a round looks at (the default cluster has 64 GPUs: enough for one GPU each)
@@ -58,7 +58,7 @@ class Round:
     def __init__(self, snapshot: ClusterSnapshot, speeds: SpeedCache | None = None, window: int = WINDOW):
         self.snapshot = snapshot
         self.window = window
-        self.jobs: tuple[JobView, ...] = snapshot.jobs[:window]
+        self.jobs: tuple[ClusterJobView, ...] = snapshot.jobs[:window]
         self.total = snapshot.total_gpus
         self.per_node = snapshot.gpus_per_node
         self.speeds: SpeedCache = {} if speeds is None else speeds

@@ -1,6 +1,6 @@
 """Training the `dl2` policy: imitation of an existing simulator policy, then actor-critic RL in the simulator.
 
-1. Imitation. The teacher (any elastic policy of POLICIES: drf, optimus, tiresias, ...) runs every training
+1. Imitation. The teacher (any elastic policy of CLUSTER_POLICIES: drf, optimus, tiresias, ...) runs every training
    workload in the simulator; its rounds are recorded, split (seeded) into training and held-out rounds, and
    turned into decisions (coach.dl2.imitation). The network learns the teacher's decisions
    (cross-entropy) and its critic the discounted reward the teacher got from each round on.
@@ -60,7 +60,7 @@ from coach.dl2.training import (
 from coach.domain.cluster import ClusterSpec
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Simulator
-from coach.simulator.policies import POLICIES, teachers
+from coach.simulator.policies import CLUSTER_POLICIES, teachers
 from coach.simulator.session import cluster_from, traces_dir_for
 from coach.simulator.view import ClusterSnapshot, Grant
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload
@@ -259,7 +259,7 @@ def discounted(rewards: Sequence[float], gamma: float) -> np.ndarray:
 
 def teacher_decisions(settings: TrainSettings, scenarios: Sequence[Scenario]) -> tuple[Decisions, Decisions]:
     """(training, held-out) decisions of the teacher over every scenario."""
-    factory = POLICIES[settings.imitate]
+    factory = CLUSTER_POLICIES[settings.imitate]
     order = order_for(settings.imitate)
     train, held = Decisions(), Decisions()
     rng = np.random.default_rng([settings.seed, 0])
@@ -403,9 +403,9 @@ def _check(settings: TrainSettings) -> None:
 def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: ProgressCallback) -> TrainReport:
     allowed = teachers()
     if settings.imitate not in allowed:
-        why = "is learned itself" if getattr(POLICIES.get(settings.imitate), "learned", False) else \
+        why = "is learned itself" if getattr(CLUSTER_POLICIES.get(settings.imitate), "learned", False) else \
             "is not elastic (it is asked only about waiting jobs, so its rounds are not whole allocations)" \
-            if settings.imitate in POLICIES else "unknown policy"
+            if settings.imitate in CLUSTER_POLICIES else "unknown policy"
         raise ValueError(f"--imitate: {settings.imitate!r} {why}; expected one of {', '.join(allowed)}")
     _check(settings)
     folder = checkpoint_dir(out)

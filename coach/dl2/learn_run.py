@@ -56,7 +56,7 @@ from coach.dl2.training import (
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
 from coach.platforms.virtual import VirtualJobModel
-from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView
+from coach.policy.run_policy import RunClusterView, CoachPolicy, Counts, Decision, RunJobView
 
 _MODEL = Path("/virtual/model.py")  # never loaded: the simulated platform computes every epoch
 PRICE_PER_SLOT_S = 0.0001
@@ -156,7 +156,7 @@ class _Rounds:
         self.unfinished: list[int] = []
         self.known: dict[str, int] = {}  # job -> max_epochs, of every job seen
 
-    def mark(self, jobs: Sequence[JobView], now_s: float) -> None:
+    def mark(self, jobs: Sequence[RunJobView], now_s: float) -> None:
         shares = {}
         for job in jobs:
             self.known[job.spec.name] = job.spec.max_epochs
@@ -210,7 +210,7 @@ class _Teaching:
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
         return self.teacher.calibration(spec)
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         decisions = self.teacher.decide(cluster, jobs, now_s)
         _, _, round_ = asking_round(cluster, jobs)
         if round_ is not None:
@@ -233,7 +233,7 @@ class _Sampling(Dl2RunPolicy):
         self.rounds = _Rounds()
         self.steps: list[tuple[Observation, int, int]] = []  # (state, action, round index)
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         decisions = super().decide(cluster, jobs, now_s)
         if any(learns(job) and job.asking for job in jobs):
             self.rounds.mark(jobs, now_s)

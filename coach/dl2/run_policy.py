@@ -19,8 +19,8 @@ from typing import Sequence
 
 from coach.domain.jobs import JobSpec
 from coach.estimates.speed_forms import fit_chosen
-from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, Decision, JobView, Wait
-from coach.dl2 import COUNTS_MODEL, ModelFileError
+from coach.policy.run_policy import RunClusterView, CoachPolicy, Counts, Decision, RunJobView, Wait
+from coach.dl2 import RUN_MODEL, ModelFileError
 from coach.dl2.run_round import (
     COUNTS_SHAPE,
     COUNTS_WINDOW,
@@ -33,7 +33,7 @@ from coach.dl2.run_round import (
 )
 
 
-def load_counts(model: Path = COUNTS_MODEL) -> Greedy:
+def load_counts(model: Path = RUN_MODEL) -> Greedy:
     """The fast (numpy) network of a counts model file; ModelFileError (one line naming the file) when it is
     missing or does not fit. Imports MXNet (to read the file) only when called."""
     from coach.dl2.network import NumpyNet, load_network
@@ -54,7 +54,7 @@ class Dl2RunPolicy:
 
     def network(self) -> Greedy:
         if self._net is None:
-            self._net = load_counts(self.model or COUNTS_MODEL)
+            self._net = load_counts(self.model or RUN_MODEL)
         return self._net
 
     def check(self, spec: JobSpec) -> str | None:
@@ -71,7 +71,7 @@ class Dl2RunPolicy:
         """(counts per job, actions taken) for a round: the network's most likely actions (training samples)."""
         return greedy_counts(self.network(), round_)
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         others = [job for job in jobs if not learns(job)]  # fixed counts, or nothing measured yet
         decisions = self._coach.decide(cluster, others, now_s)  # as under `coach`
         asking, held_elsewhere, round_ = asking_round(cluster, jobs, self.window)
@@ -88,13 +88,13 @@ class Dl2RunPolicy:
         return decisions
 
 
-def learns(job: JobView) -> bool:
+def learns(job: RunJobView) -> bool:
     """Whether the network decides this job: its counts are not fixed and it has measured its speed."""
     return not job.spec.fixed_counts and bool(job.history.observations)
 
 
-def asking_round(cluster: ClusterView, jobs: Sequence[JobView], window: int = COUNTS_WINDOW
-                 ) -> tuple[list[JobView], int, CountsRound | None]:
+def asking_round(cluster: RunClusterView, jobs: Sequence[RunJobView], window: int = COUNTS_WINDOW
+                 ) -> tuple[list[RunJobView], int, CountsRound | None]:
     """(the asking jobs the network decides, the slots every other job holds, their round over the slots those
     leave free; None when no such job asks)."""
     asking = [job for job in jobs if learns(job) and job.asking]
@@ -106,7 +106,7 @@ def asking_round(cluster: ClusterView, jobs: Sequence[JobView], window: int = CO
                                                total - held_elsewhere, total, cluster.price_per_slot_s, window)
 
 
-def counts_job(job: JobView, total_slots: int) -> CountsJob:
+def counts_job(job: RunJobView, total_slots: int) -> CountsJob:
     spec, history = job.spec, job.history
     return CountsJob(name=spec.name, speed=fit_chosen(history.observations),
                      current=tuple(history.last_counts) if history.last_counts else (0, 0),

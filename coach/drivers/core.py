@@ -20,7 +20,7 @@ from coach.drivers.rendezvous import Rendezvous
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
 from coach.lifecycle.job import Awaiting, JobLifecycle
-from coach.policy.run_policy import ClusterView, JobView, Policy
+from coach.policy.run_policy import RunClusterView, RunJobView, RunPolicy
 from coach.ports import CheckpointStore, Clock, Placement, Platform, RecordSink, View
 
 FanOut = ThreadFanOut | SequentialFanOut
@@ -54,7 +54,7 @@ class Work:
 class Driver:
     """The shared part of the live and virtual-time drivers."""
 
-    def __init__(self, lifecycles: Sequence[JobLifecycle], policy: Policy, cluster: ClusterView, ports: Ports,
+    def __init__(self, lifecycles: Sequence[JobLifecycle], policy: RunPolicy, cluster: RunClusterView, ports: Ports,
                  fan_out: FanOut, on_finish: Callable[[JobLifecycle, float], None] = lambda lc, now_s: None):
         self.jobs = {lc.spec.name: lc for lc in lifecycles}
         self.order = [lc.spec.name for lc in lifecycles]  # submission order
@@ -74,7 +74,7 @@ class Driver:
         self._quiet: tuple[object, float] | None = None  # (placement version, earliest deadline): every waiting
         # job has been polled at this version, so until it changes or the deadline comes, only fresh ones need a poll
         # what the policy sees of every unfinished job, in submission order; rebuilt only for jobs that changed
-        self._views = {lc.spec.name: JobView(lc.spec, lc.history, lc.held_slots, False) for lc in lifecycles}
+        self._views = {lc.spec.name: RunJobView(lc.spec, lc.history, lc.held_slots, False) for lc in lifecycles}
         self._changed: set[str] = set()  # jobs that handled an event since the last policy round
         self._asked: set[str] = set()  # jobs whose views said `asking` in the last round
         ports.placement.register(self.order)
@@ -159,7 +159,7 @@ class Driver:
         self.jobs[name] = lc
         self._index[name] = len(self.order)
         self.order.append(name)
-        self._views[name] = JobView(lc.spec, lc.history, lc.held_slots, False)
+        self._views[name] = RunJobView(lc.spec, lc.history, lc.held_slots, False)
         self.ports.placement.register([name])
         self.deliver(name, first)
 
@@ -238,7 +238,7 @@ class Driver:
             if lc.done:
                 self._views.pop(name, None)
             elif name in self._views:
-                self._views[name] = JobView(lc.spec, lc.history, lc.held_slots, name in asking)
+                self._views[name] = RunJobView(lc.spec, lc.history, lc.held_slots, name in asking)
         self._changed, self._asked = set(), asking
         views = list(self._views.values())
         now_s = self.now_s()

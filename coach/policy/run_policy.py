@@ -21,7 +21,7 @@ from coach.policy.planning import CALIBRATION_POINTS, PlanInput, calibration_wit
 
 
 @dataclass(frozen=True)
-class ClusterView:
+class RunClusterView:
     """The cluster as a policy sees it."""
 
     total_slots: int  # slots of every node together
@@ -29,7 +29,7 @@ class ClusterView:
 
 
 @dataclass(frozen=True)
-class JobView:
+class RunJobView:
     """One job of the run as a policy sees it."""
 
     spec: JobSpec  # targets, limits, the file's counts if it fixes them
@@ -62,7 +62,7 @@ class Wait:
 Decision = Counts | Wait
 
 
-class Policy(Protocol):
+class RunPolicy(Protocol):
     def check(self, spec: JobSpec) -> str | None:
         """Why this policy cannot run the job (`FIELD: problem`), or None."""
         ...
@@ -71,12 +71,12 @@ class Policy(Protocol):
         """The (workers, servers) of the mini-epochs the job runs before its first decision."""
         ...
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         """Counts or Wait for every asking job, weighing all the jobs given (every unfinished job of the run)."""
         ...
 
 
-def _fixed(job: JobView, cluster: ClusterView) -> Counts:
+def _fixed(job: RunJobView, cluster: RunClusterView) -> Counts:
     """The job file's counts; affordable unless the predicted epoch (the last one's cost, or before any epoch
     the cost floor) exceeds what is left."""
     counts = job.spec.fixed_counts
@@ -95,7 +95,7 @@ class StaticPolicy:
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
         return ()
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         return {job.spec.name: _fixed(job, cluster) for job in jobs if job.asking}
 
 
@@ -119,7 +119,7 @@ class CoachPolicy:
     def calibration(self, spec: JobSpec) -> tuple[tuple[int, int], ...]:
         return () if spec.fixed_counts else calibration_within(CALIBRATION_POINTS, spec.max_workers, spec.max_servers)
 
-    def decide(self, cluster: ClusterView, jobs: Sequence[JobView], now_s: float) -> dict[str, Decision]:
+    def decide(self, cluster: RunClusterView, jobs: Sequence[RunJobView], now_s: float) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}
         planned = [job for job in jobs if not job.spec.fixed_counts and job.history.observations]
         planned_names = {job.spec.name for job in planned}
@@ -145,4 +145,4 @@ class CoachPolicy:
         return decisions
 
 
-__all__ = ["DEFAULT_POLICY", "ClusterView", "JobView", "Counts", "Wait", "Decision", "Policy"]
+__all__ = ["DEFAULT_POLICY", "RunClusterView", "RunJobView", "Counts", "Wait", "Decision", "RunPolicy"]

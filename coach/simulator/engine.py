@@ -24,7 +24,7 @@ from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
 from coach.simulator.grants import check_grants
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, Policy
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, ClusterPolicy
 from coach.simulator.workloads import SimJob
 
 RESTART_S = 30.0  # a (re)started job's replicas load the checkpoint before training (the Pollux artifact's cost)
@@ -79,7 +79,7 @@ class Simulator:
     """One simulation: a workload, a cluster, a policy and a scheduler profile."""
 
     def __init__(self, jobs: Sequence[SimJob], apps: Mapping[str, AppModel], totals: Mapping[str, float],
-                 cluster: ClusterSpec, policy: Policy, profile: str, interval_s: float = 60.0, seed: int = 0,
+                 cluster: ClusterSpec, policy: ClusterPolicy, profile: str, interval_s: float = 60.0, seed: int = 0,
                  budgets: Mapping[str, float] | None = None, restart_s: float = RESTART_S,
                  on_round: Callable[[float, int], None] | None = None):
         self.policy = policy
@@ -254,13 +254,13 @@ class Simulator:
         self.waiting[job.name] = run
         self.placement.register(job.name)
 
-    def _view(self, run: JobRun) -> JobView:
+    def _view(self, run: JobRun) -> ClusterJobView:
         spec, grant = run.spec, run.grant
         remaining = math.inf if run.budget is None else run.budget - run.spent
-        return JobView(spec.name, spec.arrival_s, run.app, spec.gpus, spec.batch, run.progress, run.total_progress,
-                       run.attained_gpu_s, grant.gpus if grant and run.running else 0,
-                       grant.batch if grant else spec.batch, remaining,
-                       min(self.total_gpus, max(spec.gpus, getattr(run.app, "max_gpus", self.total_gpus))))
+        return ClusterJobView(spec.name, spec.arrival_s, run.app, spec.gpus, spec.batch, run.progress,
+                              run.total_progress, run.attained_gpu_s, grant.gpus if grant and run.running else 0,
+                              grant.batch if grant else spec.batch, remaining,
+                              min(self.total_gpus, max(spec.gpus, getattr(run.app, "max_gpus", self.total_gpus))))
 
     def _decide(self, now_s: float) -> None:
         asked = self.active if self.policy.elastic else self.waiting

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView
 
 
 def batch_bounds(app: AppModel, gpus: int) -> tuple[int, int]:
@@ -36,23 +36,23 @@ def fit_batch(app: AppModel, gpus: int, batch: int) -> int:
     return min(max(int(batch), low), high)
 
 
-def gpu_cap(job: JobView, total_gpus: int) -> int:
+def gpu_cap(job: ClusterJobView, total_gpus: int) -> int:
     """The most GPUs a job may get this round: its own limit, never more than the cluster."""
     return max(min(job.max_gpus, total_gpus), 0)
 
 
-def requested_gpus(job: JobView, total_gpus: int) -> int:
+def requested_gpus(job: ClusterJobView, total_gpus: int) -> int:
     """What the user asked for, capped so that a job asking for more than the cluster can still run."""
     return max(min(job.requested_gpus, gpu_cap(job, total_gpus)), 1)
 
 
-def requested_grant(job: JobView, gpus: int) -> Grant:
+def requested_grant(job: ClusterJobView, gpus: int) -> Grant:
     """`gpus` GPUs at the user's batch size (fitted to the GPUs): what non-batch-tuning policies grant."""
     return Grant(gpus, fit_batch(job.app, gpus, job.requested_batch))
 
 
 def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False) -> None:
-    """Raise ValueError naming the first grant that breaks the Policy contract (tests and the engine use it).
+    """Raise ValueError naming the first grant that breaks the ClusterPolicy contract (tests and the engine use it).
     `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster."""
     jobs = {job.name: job for job in snapshot.jobs}
     total = 0

@@ -18,7 +18,7 @@ from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.inputs.cluster import load_cluster
 from coach.simulator.apps import job_total_progress, load_apps
 from coach.simulator.engine import Outcome, Simulator
-from coach.simulator.policies import POLICIES
+from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.results import START_S
 from coach.simulator.view import packed_nodes
 from coach.simulator.workloads import SimJob, WorkloadError, load_workload
@@ -111,8 +111,9 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
     price = max(node.price_per_slot_s for node in cluster.nodes)
     budgets = None if settings.budget_factor is None else _budgets(
         jobs, apps, totals, price, settings.budget_factor, per_node)
-    simulator = Simulator(jobs, apps, totals, cluster, POLICIES[settings.policy](settings.seed), settings.scheduler,
-                          settings.interval_s, settings.seed, budgets, on_round=on_round)
+    policy = CLUSTER_POLICIES[settings.policy](settings.seed)
+    simulator = Simulator(jobs, apps, totals, cluster, policy, settings.scheduler, settings.interval_s, settings.seed,
+                          budgets, on_round=on_round)
     outcome = simulator.run()
     latest_s = max((r.finished_s if r.finished_s is not None else r.updated_s for r in outcome.jobs), default=0.0)
     if not latest_s <= MAX_SIMULATED_S:  # results date every event: refuse before writing any of them

@@ -39,7 +39,7 @@ class AppModel(Protocol):
 
 
 @dataclass(frozen=True)
-class JobView:
+class ClusterJobView:
     """One active (arrived, unfinished) job, as a policy sees it."""
 
     name: str
@@ -66,7 +66,7 @@ class ClusterSnapshot:
     node_gpus: tuple[int, ...]  # GPUs of every node
     price_per_gpu_s: float  # money per GPU-second
     interval_s: float  # the length of a scheduling round
-    jobs: tuple[JobView, ...]  # active jobs in arrival order (ties: by name)
+    jobs: tuple[ClusterJobView, ...]  # active jobs in arrival order (ties: by name)
 
     @property
     def total_gpus(self) -> int:
@@ -83,7 +83,7 @@ class Grant:
     batch: int  # total batch size, >= gpus
 
 
-class Policy(Protocol):
+class ClusterPolicy(Protocol):
     """Decides every round; may keep its own deterministic state between rounds (round-robin's turn).
 
     An elastic policy sees every active job each round and its grants fit the cluster. A rigid one (`elastic`
@@ -97,5 +97,5 @@ class Policy(Protocol):
         ...
 
 
-#: A policy's constructor: seed -> a fresh Policy for one simulation.
-PolicyFactory = Callable[[int], Policy]
+#: A policy's constructor: seed -> a fresh ClusterPolicy for one simulation.
+ClusterPolicyFactory = Callable[[int], ClusterPolicy]

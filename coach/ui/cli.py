@@ -191,7 +191,7 @@ def cmd_plan(args) -> int:
     from coach.inputs.runs import RunInputError, checked_records
     from coach.policy.history import history_from_records
     from coach.app.run_policies import RUN_POLICIES
-    from coach.policy.run_policy import ClusterView, JobView, Wait
+    from coach.policy.run_policy import RunClusterView, RunJobView, Wait
 
     history_path = Path(args.history)
     try:
@@ -211,8 +211,8 @@ def cmd_plan(args) -> int:
         return _fail([f"{args.history}: (file): cannot rebuild the history of job '{spec.name}': "
                       f"{type(error).__name__}"])
     history = replace(history, spent=spec.budget - budget_left)  # what --budget-left says is left
-    view = JobView(spec, history, held_slots=0, asking=True)
-    decided = RUN_POLICIES["coach"].decide(ClusterView(free_slots, price), [view], time.time())[spec.name]
+    view = RunJobView(spec, history, held_slots=0, asking=True)
+    decided = RUN_POLICIES["coach"].decide(RunClusterView(free_slots, price), [view], time.time())[spec.name]
     out = {"job": spec.name, "epochs_logged": len(records)}
     if isinstance(decided, Wait):
         out.update({"affordable": False, "wait": decided.reason})

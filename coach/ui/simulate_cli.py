@@ -126,9 +126,9 @@ def _progress(quiet: bool):
 
 
 def _policy_names() -> list[str]:
-    from coach.simulator.policies import POLICIES
+    from coach.simulator.policies import CLUSTER_POLICIES
 
-    return list(POLICIES)
+    return list(CLUSTER_POLICIES)
 
 
 def add_commands(sub, subparser, epilog: str) -> None:

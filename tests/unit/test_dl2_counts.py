@@ -162,13 +162,13 @@ def test_training_in_virtual_time_imitates_coach_and_is_resumable(tmp_path):
 def test_round_rewards_progress_and_job_time():
     from coach.dl2.learn_run import CountsTrainSettings, _Rounds
     from coach.policy.history import History
-    from coach.policy.run_policy import JobView
+    from coach.policy.run_policy import RunJobView
     from tests.unit.test_run_policy import spec
 
     rounds = _Rounds()
-    rounds.mark([JobView(spec("a", max_epochs=10), History(), 0, True),
-                 JobView(spec("b", max_epochs=5), History(), 0, True)], 100.0)
-    rounds.mark([JobView(spec("a", max_epochs=10), History(epochs_done=5), 3, True)], 110.0)  # b has ended
+    rounds.mark([RunJobView(spec("a", max_epochs=10), History(), 0, True),
+                 RunJobView(spec("b", max_epochs=5), History(), 0, True)], 100.0)
+    rounds.mark([RunJobView(spec("a", max_epochs=10), History(epochs_done=5), 3, True)], 110.0)  # b has ended
 
     progress, spans = rounds.rewards(130.0, "progress")
     assert progress.tolist() == [1.5, 0.5] and spans.tolist() == [10.0, 20.0]  # a ends by 130 s: all of it

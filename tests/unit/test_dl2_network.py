@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from tests.support import pollux_data
-from coach.simulator.policies import POLICIES
+from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.grants import batch_bounds, check_grants
-from coach.dl2 import DEFAULT_MODEL
+from coach.dl2 import CLUSTER_MODEL
 from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round
 from coach.dl2.observation import pad, padded_action
 from coach.dl2.imitation import expert_steps, next_action, targets_of
 from coach.dl2.network import ModelFileError, NumpyNet, load_network, new_network
-from coach.dl2.cluster_policy import Dl2, decide, dl2
+from coach.dl2.cluster_policy import Dl2ClusterPolicy, decide, dl2
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.optimus import optimus
 from coach.simulator.session import Settings, cluster_from, simulate
-from coach.simulator.view import ClusterSnapshot, JobView
+from coach.simulator.view import ClusterSnapshot, ClusterJobView
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,9 @@ class FakeApp:
 
 
 def job(name, *, arrival_s=0.0, app=FakeApp(), asked=1, progress=0.0, total=1e6, gpus=0, max_gpus=8):
-    return JobView(name=name, arrival_s=arrival_s, app=app, requested_gpus=asked, requested_batch=64,
-                   progress=progress, total_progress=total, attained_gpu_s=0.0, gpus=gpus, batch=64,
-                   remaining_budget=math.inf, max_gpus=max_gpus)
+    return ClusterJobView(name=name, arrival_s=arrival_s, app=app, requested_gpus=asked, requested_batch=64,
+                          progress=progress, total_progress=total, attained_gpu_s=0.0, gpus=gpus, batch=64,
+                          remaining_budget=math.inf, max_gpus=max_gpus)
 
 
 def snap(*jobs, nodes=(4,), now_s=600.0):
@@ -128,11 +128,11 @@ def test_padding_does_not_change_a_job_s_scores():
 
 
 def test_policy_grants_keep_the_contract_and_are_deterministic():
-    policy = Dl2(NumpyNet.of(new_network(seed=4)))
+    policy = Dl2ClusterPolicy(NumpyNet.of(new_network(seed=4)))
     for snapshot in (THREE, snap(), snap(*(job(f"j{i}", arrival_s=i, asked=3) for i in range(9)), nodes=(4, 4))):
         grants = policy.allocate(snapshot)
         check_grants(snapshot, grants)
-        assert Dl2(policy.net).allocate(snapshot) == grants
+        assert Dl2ClusterPolicy(policy.net).allocate(snapshot) == grants
 
 
 def test_greedy_decisions_stop_at_a_full_cluster_or_at_stop():
@@ -183,16 +183,16 @@ def test_saved_network_loads_back_as_the_same_policy(tmp_path):
     net = new_network(seed=6)
     path = tmp_path / "m.params"
     net.save_parameters(str(path))
-    assert dl2(0, path).allocate(THREE) == Dl2(NumpyNet.of(net)).allocate(THREE)
+    assert dl2(0, path).allocate(THREE) == Dl2ClusterPolicy(NumpyNet.of(net)).allocate(THREE)
 
 
 def test_dl2_and_its_imitation_only_twin_are_registered_with_the_shipped_models():
-    from coach.dl2 import IMITATION_MODEL
+    from coach.dl2 import CLUSTER_IMITATION_MODEL
 
-    assert DEFAULT_MODEL.name == "dl2_model.params" and DEFAULT_MODEL.is_file()
-    assert IMITATION_MODEL.name == "dl2_model-imitation.params" and IMITATION_MODEL.is_file()
+    assert CLUSTER_MODEL.name == "dl2_model.params" and CLUSTER_MODEL.is_file()
+    assert CLUSTER_IMITATION_MODEL.name == "dl2_model-imitation.params" and CLUSTER_IMITATION_MODEL.is_file()
     for name in ("dl2", "dl2-imitation"):
-        grants = POLICIES[name](0).allocate(THREE)
+        grants = CLUSTER_POLICIES[name](0).allocate(THREE)
         check_grants(THREE, grants)
         assert grants  # three jobs and free GPUs: the trained network gives some of them GPUs
 

@@ -9,7 +9,7 @@ import pytest
 from coach.app.run_policies import RUN_POLICIES
 from coach.dl2.run_policy import Dl2RunPolicy, asking_round
 from coach.policy.history import History
-from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
+from coach.policy.run_policy import RunClusterView, Counts, RunJobView, Wait
 from coach.dl2.run_round import COUNTS_SHAPE
 from coach.dl2.network import new_network
 from tests.unit.test_run_policy import CLUSTER, calibrated, spec
@@ -36,7 +36,7 @@ def test_a_missing_model_is_a_one_line_check_problem(tmp_path):
 
 def test_counts_fit_the_free_slots_and_the_job_limits(model):
     policy = Dl2RunPolicy(model)
-    jobs = [JobView(spec(name, max_servers=2, max_workers=3), calibrated(), 0, True) for name in ("a", "b", "c")]
+    jobs = [RunJobView(spec(name, max_servers=2, max_workers=3), calibrated(), 0, True) for name in ("a", "b", "c")]
 
     decided = policy.decide(CLUSTER, jobs, 0.0)
 
@@ -53,8 +53,8 @@ def test_counts_fit_the_free_slots_and_the_job_limits(model):
 
 def test_slots_of_jobs_mid_epoch_are_not_given_again(model):
     policy = Dl2RunPolicy(model)
-    running = JobView(spec("running"), calibrated(), 9, False)  # 9 of 12 slots held by a job not asking
-    asking = JobView(spec("asking"), calibrated(), 0, True)
+    running = RunJobView(spec("running"), calibrated(), 9, False)  # 9 of 12 slots held by a job not asking
+    asking = RunJobView(spec("asking"), calibrated(), 0, True)
 
     decided = policy.decide(CLUSTER, [running, asking], 0.0)
 
@@ -67,7 +67,7 @@ def test_slots_of_jobs_mid_epoch_are_not_given_again(model):
 
 def test_fixed_and_uncalibrated_jobs_are_decided_as_under_coach(model):
     policy = Dl2RunPolicy(model)
-    jobs = [JobView(spec("fixed", 2, 1), History(), 0, True), JobView(spec("new"), History(), 0, True)]
+    jobs = [RunJobView(spec("fixed", 2, 1), History(), 0, True), RunJobView(spec("new"), History(), 0, True)]
 
     decided = policy.decide(CLUSTER, jobs, 0.0)
 
@@ -78,17 +78,17 @@ def test_fixed_and_uncalibrated_jobs_are_decided_as_under_coach(model):
 
 def test_an_epoch_the_money_left_cannot_pay_is_not_affordable(model):
     policy = Dl2RunPolicy(model)
-    poor = JobView(spec("poor", budget=1e-6), calibrated(), 0, True)
+    poor = RunJobView(spec("poor", budget=1e-6), calibrated(), 0, True)
 
-    decided = policy.decide(ClusterView(12, 0.0001), [poor], 0.0)["poor"]
+    decided = policy.decide(RunClusterView(12, 0.0001), [poor], 0.0)["poor"]
 
     assert isinstance(decided, Counts) and not decided.affordable
 
 
 def test_a_full_cluster_leaves_learned_jobs_waiting(model):
     policy = Dl2RunPolicy(model)
-    holder = JobView(spec("holder", 8, 3), History(), 12, False)
-    waiting = JobView(spec("w"), calibrated(), 0, True)
+    holder = RunJobView(spec("holder", 8, 3), History(), 12, False)
+    waiting = RunJobView(spec("w"), calibrated(), 0, True)
 
     assert isinstance(policy.decide(CLUSTER, [holder, waiting], 0.0)["w"], Wait)
 

@@ -11,9 +11,9 @@ from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 from coach.policy.planning import CALIBRATION_POINTS, plan
 from coach.app.run_policies import RUN_POLICIES
-from coach.policy.run_policy import ClusterView, Counts, JobView, Wait
+from coach.policy.run_policy import RunClusterView, Counts, RunJobView, Wait
 
-CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
+CLUSTER = RunClusterView(total_slots=12, price_per_slot_s=0.0001)
 
 
 def spec(name: str, workers: int | None = None, servers: int | None = None, budget: float = 10.0,
@@ -46,8 +46,8 @@ def test_the_registry_has_both_policies_under_their_names():
 
 
 def test_static_gives_every_asking_job_its_files_counts():
-    jobs = [JobView(spec("a", 2, 1), History(), 0, True), JobView(spec("b", 1, 3), History(), 4, False),
-            JobView(spec("c", 1, 3), History(), 0, True)]
+    jobs = [RunJobView(spec("a", 2, 1), History(), 0, True), RunJobView(spec("b", 1, 3), History(), 4, False),
+            RunJobView(spec("c", 1, 3), History(), 0, True)]
     decided = RUN_POLICIES["static"].decide(CLUSTER, jobs, 0.0)
     assert decided == {"a": Counts(2, 1, True), "c": Counts(1, 3, True)}
 
@@ -61,7 +61,7 @@ def test_static_needs_counts_and_never_calibrates():
 
 def test_a_fixed_job_whose_last_epoch_says_the_next_is_unaffordable_is_told_so():
     history = History(last_counts=(2, 1), last_cost=0.4, spent=9.7, steps_done=3, epochs_done=3)
-    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("a", 2, 1), history, 4, True)], 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [RunJobView(spec("a", 2, 1), history, 4, True)], 0.0)
     assert decided["a"] == Counts(2, 1, affordable=False)
 
 
@@ -74,7 +74,7 @@ def test_coach_calibrates_only_jobs_without_counts():
 
 def test_coach_alone_decides_what_the_single_job_planner_decides():
     job = spec("dyn")
-    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(job, calibrated(), 5, True)], 0.0)["dyn"]
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [RunJobView(job, calibrated(), 5, True)], 0.0)["dyn"]
     expected = plan(job, calibrated(), 12, 10.0, 0.0001)
     assert isinstance(decided, Counts)
     # calibration measured w <= 2; the `levels` speed model predicts no gain beyond what was measured
@@ -85,7 +85,7 @@ def test_coach_alone_decides_what_the_single_job_planner_decides():
 
 def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
     """What the old `slots_for_growth` workaround did, now a fact of the run-level decision."""
-    jobs = [JobView(spec("dyn"), calibrated(), 5, True), JobView(spec("queued", 4, 4), History(), 9, False)]
+    jobs = [RunJobView(spec("dyn"), calibrated(), 5, True), RunJobView(spec("queued", 4, 4), History(), 9, False)]
     decided = RUN_POLICIES["coach"].decide(CLUSTER, jobs, 0.0)
     assert set(decided) == {"dyn"}  # only the asking job gets an answer; the queued one weighs in
     assert decided["dyn"] == Counts(1, 1, True, decided["dyn"].details)  # 12 - 9 = 3 slots: (1,1) only
@@ -94,33 +94,34 @@ def test_a_growing_job_leaves_the_slots_that_waiting_and_fixed_jobs_hold():
 
 
 def test_two_dynamic_jobs_share_the_free_slots_by_marginal_gain():
-    jobs = [JobView(spec("a"), calibrated(), 5, True), JobView(spec("b"), calibrated(), 5, True)]
-    decided = RUN_POLICIES["coach"].decide(ClusterView(8, 0.0001), jobs, 0.0)
+    jobs = [RunJobView(spec("a"), calibrated(), 5, True), RunJobView(spec("b"), calibrated(), 5, True)]
+    decided = RUN_POLICIES["coach"].decide(RunClusterView(8, 0.0001), jobs, 0.0)
     counts = {name: (d.workers, d.servers) for name, d in decided.items()}
     assert sum(w + s + 1 for w, s in counts.values()) <= 8
     assert counts == {"a": (2, 1), "b": (2, 1)}  # (1,1) each, then one worker each: 4 + 4 slots
 
 
 def test_a_dynamic_job_that_cannot_start_waits_with_the_reason():
-    jobs = [JobView(spec("big", 4, 4), History(), 9, False), JobView(spec("dyn"), calibrated(), 0, True)]
-    decided = RUN_POLICIES["coach"].decide(ClusterView(10, 0.0001), jobs, 0.0)
+    jobs = [RunJobView(spec("big", 4, 4), History(), 9, False), RunJobView(spec("dyn"), calibrated(), 0, True)]
+    decided = RUN_POLICIES["coach"].decide(RunClusterView(10, 0.0001), jobs, 0.0)
     assert decided["dyn"] == Wait("(1,1) needs 3 slots but only 1 are free")
 
 
 def test_an_uncalibrated_dynamic_job_waits():
-    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn"), History(), 0, True)], 0.0)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [RunJobView(spec("dyn"), History(), 0, True)], 0.0)
     assert decided["dyn"] == Wait("no speed measured yet")
 
 
 @pytest.mark.parametrize("budget, affordable", [(10.0, True), (1e-9, False)])
 def test_coach_says_whether_the_planned_epoch_is_affordable(budget, affordable):
-    decided = RUN_POLICIES["coach"].decide(CLUSTER, [JobView(spec("dyn", budget=budget), calibrated(), 5, True)], 0.0)
+    job = RunJobView(spec("dyn", budget=budget), calibrated(), 5, True)
+    decided = RUN_POLICIES["coach"].decide(CLUSTER, [job], 0.0)
     assert decided["dyn"].affordable is affordable
 
 
 def test_a_fixed_job_whose_budget_is_below_the_cost_floor_is_told_before_its_first_epoch():
     """No measurement yet: the least an epoch can cost (slots x MIN_EPOCH_S x price) decides."""
-    cheap = JobView(spec("a", 2, 1, budget=4 * 0.3 * 0.0001 * 0.99), History(), 0, True)
-    enough = JobView(spec("b", 2, 1, budget=4 * 0.3 * 0.0001 * 1.01), History(), 0, True)
+    cheap = RunJobView(spec("a", 2, 1, budget=4 * 0.3 * 0.0001 * 0.99), History(), 0, True)
+    enough = RunJobView(spec("b", 2, 1, budget=4 * 0.3 * 0.0001 * 1.01), History(), 0, True)
     decided = RUN_POLICIES["static"].decide(CLUSTER, [cheap, enough], 0.0)
     assert decided == {"a": Counts(2, 1, False), "b": Counts(2, 1, True)}

@@ -8,9 +8,9 @@ from coach.domain.jobs import JobSpec
 from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
 from coach.app.run_policies import RUN_POLICIES
-from coach.policy.run_policy import ClusterView, CoachPolicy, Counts, JobView
+from coach.policy.run_policy import RunClusterView, CoachPolicy, Counts, RunJobView
 
-CLUSTER = ClusterView(total_slots=12, price_per_slot_s=0.0001)
+CLUSTER = RunClusterView(total_slots=12, price_per_slot_s=0.0001)
 
 
 def spec(name: str = "dyn") -> JobSpec:
@@ -36,7 +36,7 @@ def history(*epochs: tuple[int, int, float]) -> History:
 
 
 def decide(policy, past: History) -> Counts:
-    decided = policy.decide(CLUSTER, [JobView(spec(), past, 0, True)], 0.0)["dyn"]
+    decided = policy.decide(CLUSTER, [RunJobView(spec(), past, 0, True)], 0.0)["dyn"]
     assert isinstance(decided, Counts)
     return decided
 

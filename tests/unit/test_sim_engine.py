@@ -175,11 +175,11 @@ def test_a_simulated_deadlock_is_counted_and_broken_by_the_placement_timeout():
 
 
 def test_fifo_under_the_gang_profile_holds_a_small_job_behind_the_first_that_does_not_fit():
-    from coach.simulator.policies import POLICIES
+    from coach.simulator.policies import CLUSTER_POLICIES
 
     jobs = [SimJob("a", 0.0, "linear", 6, 64), SimJob("b", 10.0, "linear", 4, 64), SimJob("c", 20.0, "linear", 1, 64)]
     totals = {"a": 60_000.0, "b": 1_000.0, "c": 1_000.0}
-    runs = {r.name: r for r in run(jobs, totals, cluster(2, 4), POLICIES["fifo"](0)).jobs}
+    runs = {r.name: r for r in run(jobs, totals, cluster(2, 4), CLUSTER_POLICIES["fifo"](0)).jobs}
     a_end = runs["a"].finished_s
     # c would fit in the 2 GPUs a leaves free, but b is first in line: both start only once a has ended
     assert runs["b"].started_s >= a_end and runs["c"].started_s >= a_end

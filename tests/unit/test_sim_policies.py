@@ -13,12 +13,12 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from coach.simulator.policies import POLICIES
+from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.grants import batch_bounds, check_grants, fit_batch, memory_bounds
 from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp
 from coach.simulator.policies.pollux import Pollux
 from coach.simulator.policies.tiresias import Tiresias
-from coach.simulator.view import ClusterSnapshot, Grant, JobView
+from coach.simulator.view import ClusterSnapshot, Grant, ClusterJobView
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,16 @@ APP = FakeApp()
 
 def job(name: str, *, arrival_s: float = 0.0, app: FakeApp = APP, gpus_asked: int = 1, batch_asked: int = 64,
         progress: float = 0.0, total: float = 1e6, attained: float = 0.0, gpus: int = 0, batch: int = 0,
-        budget: float = math.inf, max_gpus: int = 64) -> JobView:
-    return JobView(name=name, arrival_s=arrival_s, app=app, requested_gpus=gpus_asked, requested_batch=batch_asked,
-                   progress=progress, total_progress=total, attained_gpu_s=attained, gpus=gpus,
-                   batch=batch or (fit_batch(app, gpus, batch_asked) if gpus else 0), remaining_budget=budget,
-                   max_gpus=max_gpus)
+        budget: float = math.inf, max_gpus: int = 64) -> ClusterJobView:
+    return ClusterJobView(name=name, arrival_s=arrival_s, app=app, requested_gpus=gpus_asked,
+                          requested_batch=batch_asked, progress=progress, total_progress=total,
+                          attained_gpu_s=attained, gpus=gpus,
+                          batch=batch or (fit_batch(app, gpus, batch_asked) if gpus else 0), remaining_budget=budget,
+                          max_gpus=max_gpus)
 
 
-def snap(*jobs: JobView, nodes: tuple[int, ...] = (4,), now_s: float = 0.0, price: float = 1.0) -> ClusterSnapshot:
+def snap(*jobs: ClusterJobView, nodes: tuple[int, ...] = (4,), now_s: float = 0.0,
+         price: float = 1.0) -> ClusterSnapshot:
     return ClusterSnapshot(now_s=now_s, node_gpus=nodes, price_per_gpu_s=price, interval_s=60.0, jobs=tuple(jobs))
 
 
@@ -72,14 +74,14 @@ def gpus_of(grants) -> dict[str, int]:
 
 
 def test_the_registry_holds_exactly_the_eleven_policies_and_only_fifo_is_rigid():
-    assert sorted(POLICIES) == sorted(["fifo", "round-robin", "elastic-fifo", "drf", "tiresias", "optimus",
-                                       "pollux", "elastic-batch-dp", "coach", "dl2", "dl2-imitation"])
-    assert {name: POLICIES[name](0).elastic for name in POLICIES} == {
-        name: name != "fifo" for name in POLICIES}
+    assert sorted(CLUSTER_POLICIES) == sorted(["fifo", "round-robin", "elastic-fifo", "drf", "tiresias", "optimus",
+                                               "pollux", "elastic-batch-dp", "coach", "dl2", "dl2-imitation"])
+    assert {name: CLUSTER_POLICIES[name](0).elastic for name in CLUSTER_POLICIES} == {
+        name: name != "fifo" for name in CLUSTER_POLICIES}
 
 
 def test_fifo_keeps_running_jobs_and_asks_every_waiting_job_its_request_in_arrival_order():
-    policy = POLICIES["fifo"](0)
+    policy = CLUSTER_POLICIES["fifo"](0)
     running = job("a", gpus_asked=6, gpus=6, batch=300)
     waiting = [job("b", arrival_s=1, gpus_asked=4), job("c", arrival_s=2, gpus_asked=1)]
     # b and c ask for what they requested even though only 2 GPUs are free: the scheduler's queue decides who runs
@@ -104,7 +106,7 @@ def test_round_robin_gives_turns_and_sends_jobs_that_ran_to_the_back():
 
 
 def test_a_round_robin_turn_lasts_its_quantum_then_the_next_jobs_get_theirs():
-    policy = POLICIES["round-robin"](0)
+    policy = CLUSTER_POLICIES["round-robin"](0)
     assert policy.quantum_s == 600.0
     jobs = [job(name, arrival_s=i, gpus_asked=2) for i, name in enumerate("abc")]
     turns = [sorted(policy.allocate(snap(*jobs, now_s=60.0 * k))) for k in range(12)]
@@ -113,7 +115,7 @@ def test_a_round_robin_turn_lasts_its_quantum_then_the_next_jobs_get_theirs():
 
 
 def test_elastic_fifo_starts_a_job_smaller_than_asked_and_grows_it_back():
-    policy = POLICIES["elastic-fifo"](0)
+    policy = CLUSTER_POLICIES["elastic-fifo"](0)
     first = job("a", gpus_asked=2, gpus=2)
     second = job("b", arrival_s=1, gpus_asked=4, batch_asked=512)
     grants = policy.allocate(snap(first, second))
@@ -123,7 +125,7 @@ def test_elastic_fifo_starts_a_job_smaller_than_asked_and_grows_it_back():
 
 
 def test_drf_fills_progressively_to_max_min_fair_shares_capped_at_requests():
-    policy = POLICIES["drf"](0)
+    policy = CLUSTER_POLICIES["drf"](0)
     jobs = [job("a", gpus_asked=8), job("b", arrival_s=1, gpus_asked=8), job("c", arrival_s=2, gpus_asked=1)]
     assert gpus_of(policy.allocate(snap(*jobs, nodes=(4, 4)))) == {"a": 4, "b": 3, "c": 1}
     assert gpus_of(policy.allocate(snap(*jobs[:2], job("c", arrival_s=2, gpus_asked=8), nodes=(3, 3, 3)))) == {
@@ -134,7 +136,7 @@ def test_drf_fills_progressively_to_max_min_fair_shares_capped_at_requests():
 
 
 def test_tiresias_demotes_jobs_past_the_threshold_and_serves_the_lower_queue_first():
-    policy = POLICIES["tiresias"](0)
+    policy = CLUSTER_POLICIES["tiresias"](0)
     old = job("old", gpus_asked=4, attained=3600 * 16 + 1, gpus=4)  # over 16 GPU-hours: demoted to queue 1
     new = job("new", arrival_s=10, gpus_asked=4)
     assert gpus_of(policy.allocate(snap(old, new))) == {"new": 4}  # preempted by the job with less service
@@ -159,7 +161,7 @@ def test_tiresias_starvation_guard_promotes_a_job_that_waited_its_run_time():
 
 
 def test_optimus_gives_the_next_gpu_to_the_bigger_reduction_in_remaining_time():
-    policy = POLICIES["optimus"](0)
+    policy = CLUSTER_POLICIES["optimus"](0)
     good, poor = FakeApp(scale=0.95), FakeApp(scale=0.5)
     jobs = [job("poor", app=poor), job("good", arrival_s=1, app=good)]
     assert gpus_of(policy.allocate(snap(*jobs, nodes=(3,)))) == {"poor": 1, "good": 2}
@@ -215,12 +217,12 @@ def test_elastic_batch_dp_matches_brute_force_and_picks_the_fastest_batch():
 
 def test_coach_grows_until_the_next_gpu_gains_less_than_min_gain():
     app = FakeApp(scale=0.85)  # relative gain of GPU g+1: (g+1)/g * 0.85 - 1 -> 70%, 27%, 13%, 6.3%, 2%
-    assert gpus_of(POLICIES["coach"](0).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 5}
+    assert gpus_of(CLUSTER_POLICIES["coach"](0).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 5}
 
 
 def test_coach_never_predicts_spending_more_than_the_remaining_budget():
     app = FakeApp(scale=0.85)  # spend to finish 1000 samples at g GPUs, 1/GPU-s: 10, 11.8, 13.8, 16.3, ...
-    policy = POLICIES["coach"](0)
+    policy = CLUSTER_POLICIES["coach"](0)
     grants = policy.allocate(snap(job("a", app=app, total=1000.0, budget=14.0), nodes=(8,)))
     assert gpus_of(grants) == {"a": 3}
     gpus = grants["a"].gpus
@@ -249,11 +251,11 @@ def _random_snapshot(rng: random.Random) -> ClusterSnapshot:
                            jobs=tuple(jobs))
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(CLUSTER_POLICIES))
 def test_every_policy_keeps_the_contract_on_random_snapshots_and_is_deterministic(name):
     rng = random.Random(f"policies-{name}")
     snapshots = [_random_snapshot(rng) for _ in range(60)]
-    policy = POLICIES[name](0)
+    policy = CLUSTER_POLICIES[name](0)
     answers = []
     for snapshot in snapshots:
         grants = policy.allocate(snapshot)
@@ -261,7 +263,7 @@ def test_every_policy_keeps_the_contract_on_random_snapshots_and_is_deterministi
         check_grants(snapshot, grants, queued=not policy.elastic)
         assert all(grant.gpus >= 1 for grant in grants.values())
         answers.append(dict(grants))
-    again = POLICIES[name](0)
+    again = CLUSTER_POLICIES[name](0)
     assert [dict(again.allocate(snapshot)) for snapshot in snapshots] == answers
 
 

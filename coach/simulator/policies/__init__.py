@@ -1,4 +1,4 @@
-"""The scheduling policies of the cluster simulator, by name: `POLICIES[name](seed) -> Policy`.
+"""The scheduling policies of the cluster simulator, by name: `CLUSTER_POLICIES[name](seed) -> ClusterPolicy`.
 
 Each module holds one policy (or a family); all are pure decisions over a ClusterSnapshot (coach.simulator.view)
 and keep at most small deterministic state between rounds. None draws random numbers, so the seed is accepted
@@ -18,9 +18,9 @@ from coach.simulator.policies.optimus import optimus
 from coach.simulator.policies.pollux import pollux
 from coach.simulator.policies.round_robin import round_robin
 from coach.simulator.policies.tiresias import tiresias
-from coach.simulator.view import PolicyFactory
+from coach.simulator.view import ClusterPolicyFactory
 
-POLICIES: dict[str, PolicyFactory] = {
+CLUSTER_POLICIES: dict[str, ClusterPolicyFactory] = {
     "fifo": fifo,
     "round-robin": round_robin,
     "elastic-fifo": elastic_fifo,
@@ -38,8 +38,8 @@ POLICIES: dict[str, PolicyFactory] = {
 def teachers() -> list[str]:
     """The policies a learned one may imitate: elastic (asked every round about every job, so a round is a whole
     allocation to learn from) and not learned themselves."""
-    return sorted(name for name, factory in POLICIES.items()
+    return sorted(name for name, factory in CLUSTER_POLICIES.items()
                   if not getattr(factory, "learned", False) and factory(0).elastic)
 
 
-__all__ = ["POLICIES", "teachers"]
+__all__ = ["CLUSTER_POLICIES", "teachers"]

@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 
 from coach.policy.allocation import JobDemand, allocate
 from coach.simulator.grants import fit_batch, gpu_cap
-from coach.simulator.view import ClusterSnapshot, Grant, JobView, packed_nodes
+from coach.simulator.view import ClusterSnapshot, Grant, ClusterJobView, packed_nodes
 
 MIN_GAIN = 0.05
 
@@ -32,7 +32,7 @@ MIN_GAIN = 0.05
 class _Speed:
     """SpeedModel adapter: epochs (= the whole remaining job) per second on `workers` GPUs, 0 if unaffordable."""
 
-    job: JobView
+    job: ClusterJobView
     goodput: Callable[[int], float]  # M0-samples per second on that many packed GPUs
     price_per_gpu_s: float
 
@@ -59,7 +59,7 @@ class Coach:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         cache: dict[tuple[str, int], tuple[int, float]] = {}
 
-        def best(job: JobView, gpus: int) -> tuple[int, float]:
+        def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
             key = (job.name, gpus)
             if key not in cache:
                 batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from coach.simulator.grants import fit_batch, gpu_cap
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant, JobView, packed_nodes
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, packed_nodes
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Optimus:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         efficiency: dict[tuple[str, int], float] = {}  # this round's, by (job, batch)
 
-        def remaining_s(job: JobView, gpus: int) -> float:
+        def remaining_s(job: ClusterJobView, gpus: int) -> float:
             batch = fit_batch(job.app, gpus, job.requested_batch)
             if (job.name, batch) not in efficiency:
                 efficiency[job.name, batch] = float(job.app.efficiency(batch, job.progress))
