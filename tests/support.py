@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+import pytest
 from kubernetes import client
 
 from coach.placement.kube_connect import connect
@@ -85,7 +86,8 @@ def kube_client(kubeconfig: str | Path) -> client.ApiClient:
 def pollux_data() -> Path:
     """The Pollux artifact's data the simulator's tests read: `../shared/data/pollux` beside the project (where the
     data's README puts it), or beside the repository this one was cloned from (a check clone in /tmp has no
-    `../shared`), or `COACH_POLLUX_DATA`. When none exists the first is returned, and the tests fail naming it."""
+    `../shared`), or `COACH_POLLUX_DATA`. When none exists the first is returned: `needs(path)` and `require(path)`
+    skip the tests that read it, naming it (CI provides it; a machine without it skips them)."""
     import os
 
     root = Path(__file__).resolve().parents[1]
@@ -96,6 +98,22 @@ def pollux_data() -> Path:
     if origin and Path(origin).is_dir():  # a clone of a repository on this machine
         candidates.append(Path(origin).resolve().parent / "shared" / "data" / "pollux")
     return next((path for path in candidates if path.is_dir()), candidates[0])
+
+
+def _missing(path: Path) -> str:
+    return f"missing {path} (the data beside the repository, ../shared/data; CI provides it)"
+
+
+def needs(path: Path) -> pytest.MarkDecorator:
+    """A mark that skips a test (or, as `pytestmark`, a module) when `path` does not exist, naming it."""
+    return pytest.mark.skipif(not path.exists(), reason=_missing(path))
+
+
+def require(path: Path) -> Path:
+    """`path`, or skip the test or fixture that asked for it, naming it."""
+    if not path.exists():
+        pytest.skip(_missing(path))
+    return path
 
 
 class FileMarks:

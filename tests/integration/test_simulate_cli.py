@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import pollux_data
+from tests.support import needs, pollux_data
 from coach.ui.cli import main
 
 DATA = pollux_data()
 HALF_LOAD = DATA / "workloads-0.5" / "workload-1.csv"  # 80 jobs
+pytestmark = needs(DATA)
 
 
 def simulate(capsys, *args: str) -> tuple[int, str, str]:

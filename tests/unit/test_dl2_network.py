@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tests.support import pollux_data
+from tests.support import pollux_data, require
 from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.grants import batch_bounds, check_grants
 from coach.dl2 import CLUSTER_MODEL
@@ -198,7 +198,7 @@ def test_dl2_and_its_imitation_only_twin_are_registered_with_the_shipped_models(
 
 
 def test_the_shipped_model_schedules_a_whole_workload_about_as_well_as_drf_it_imitated():
-    workload = pollux_data() / "workloads-0.5" / "workload-1.csv"
+    workload = require(pollux_data() / "workloads-0.5" / "workload-1.csv")
     jct_h = {}
     for policy in ("dl2", "drf"):
         outcome, count = simulate(Settings(workload, cluster_from("4x4"), policy, "gang"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import pollux_data
+from tests.support import needs, pollux_data
 from coach.simulator.workloads import APP_BATCH_RANGES, SimJob, WorkloadError, load_workload
 
 DATA = pollux_data()
@@ -32,6 +32,7 @@ def test_pollux_workload_is_taken_as_written_and_sorted_by_arrival_then_name(tmp
 
 @pytest.mark.parametrize(("folder", "jobs"), [("workloads", 160), ("workloads-0.5", 80), ("workloads-1.5", 240),
                                               ("workloads-2.0", 320), ("workloads-realistic", 160)])
+@needs(DATA)
 def test_every_published_workload_parses(folder: str, jobs: int) -> None:
     files = sorted((DATA / folder).glob("workload-*.csv"))
     assert len(files) == 8
@@ -43,6 +44,7 @@ def test_every_published_workload_parses(folder: str, jobs: int) -> None:
         assert all(j.duration_s is None and j.batch >= j.gpus >= 1 for j in loaded)
 
 
+@needs(DATA)
 def test_published_workload_6_first_and_last_jobs() -> None:
     jobs = load_workload(DATA / "workloads" / "workload-6.csv")
     assert jobs[0] == SimJob("cifar10-0", 53.0, "cifar10", 6, 2048)
@@ -81,6 +83,7 @@ def test_philly_pairs_are_drawn_by_seed_reproducibly(tmp_path: Path) -> None:
     assert 60 < Counter(first)["ncf"] < 140  # a fair coin
 
 
+@needs(DATA)
 def test_whole_philly_trace() -> None:
     jobs = load_workload(DATA / "traces" / "philly.csv")
     assert len(jobs) == 82247

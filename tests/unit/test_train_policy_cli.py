@@ -6,9 +6,10 @@ import json
 
 from coach.dl2.cluster_policy import dl2
 from coach.ui.cli import main
-from tests.support import pollux_data
+from tests.support import needs, pollux_data
 
 WORKLOAD = pollux_data() / "workloads-0.5" / "workload-1.csv"
+pytestmark = needs(WORKLOAD)
 
 
 def test_a_tiny_training_writes_a_usable_model_and_says_what_it_measured(tmp_path, capsys):
