@@ -2,7 +2,7 @@
 
 The classic way to run a parameter-server job: one scheduler, S servers and W workers are started once as fresh
 `python` processes with the DMLC_* variables, and the workers train all N epochs in one go. Every worker trains
-with the same logic as one Coach epoch (coach_functions/runtime.py: same sharding, same per-epoch permutation, same
+with the same logic as one Coach epoch (coach_functions/training.py: same sharding, same per-epoch permutation, same
 global-batch rescale, `update_on_kvstore=False`, same model file loaded by path, rank 0 validates every epoch),
 but nothing is restarted, re-rendezvoused or checkpointed between epochs.
 
@@ -64,7 +64,7 @@ def _load_model(path: str):
 
 
 def _normalise(data) -> dict:
-    """Same accepted shapes and dtypes as coach_functions.runtime.normalise_data."""
+    """Same accepted shapes and dtypes as coach_functions.data.normalise_data."""
     import numpy as np
 
     if isinstance(data, dict):
@@ -79,7 +79,7 @@ def _normalise(data) -> dict:
 
 
 def _shard(data: dict, rank: int, num_workers: int, seed: int):
-    """Equal-size shard of a seeded permutation, exactly as coach_functions.runtime._shard (fraction 1.0)."""
+    """Equal-size shard of a seeded permutation, exactly as coach_functions.shards.shard (fraction 1.0)."""
     import numpy as np
 
     x, y = data["X_train"], data["y_train"]

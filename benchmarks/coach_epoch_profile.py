@@ -1,7 +1,7 @@
 """Where a Coach epoch's time goes, segment by segment, inside the forked worker child.
 
 Runs one Coach job (same defaults as epoch_overhead.py) on the local platform, but its function hosts are
-started through this file, which wraps a few functions of `coach_functions.runtime` and MXNet with timers *in the
+started through this file, which wraps a few functions of `coach_functions` and MXNet with timers *in the
 host process only* (nothing in the repository is modified; children inherit the wrappers through fork).
 Each wrapper ends with `mx.nd.waitall()` so asynchronous engine work is charged to the segment that queued it;
 this serialises a little and makes the profiled epochs slightly slower than unprofiled ones.
@@ -75,13 +75,13 @@ def wait_for_scheduler(request, limit_s: float = 10.0) -> None:
 
 
 def install_wrappers() -> None:
-    """Wrap runtime/MXNet functions with timers; called in the warm host before any fork."""
+    """Wrap coach_functions/MXNet functions with timers; called in the warm host before any fork."""
     import gc as real_gc
 
     import mxnet as mx
     from mxnet import gluon
 
-    from coach_functions import runtime
+    from coach_functions import spares, training
 
     marks: list[tuple[str, float]] = []
     steps: list[float] = []
@@ -98,7 +98,7 @@ def install_wrappers() -> None:
             return result
         return wrapper
 
-    original_epoch = runtime.run_worker_epoch
+    original_epoch = spares.run_worker_epoch
 
     def run_worker_epoch(request, module, data, *rest):
         marks.clear()
@@ -126,15 +126,15 @@ def install_wrappers() -> None:
         reply["profile_returned_s"] = time.monotonic()
         return reply
 
-    runtime.run_worker_epoch = run_worker_epoch
-    original_ps_node = runtime.run_ps_node
+    spares.run_worker_epoch = run_worker_epoch
+    original_ps_node = spares.run_ps_node
 
     def run_ps_node(request):
         if request.role == "server" and "scheduler-first" in WHAT_IF:
             wait_for_scheduler(request)
         return original_ps_node(request)
 
-    runtime.run_ps_node = run_ps_node
+    spares.run_ps_node = run_ps_node
     mx.kv.create = timed("kv_create", mx.kv.create)
 
     original_load = gluon.Block.load_parameters
@@ -163,8 +163,8 @@ def install_wrappers() -> None:
 
     gluon.Trainer.step = step
 
-    runtime.SharedValidation.run = timed("validate", runtime.SharedValidation.run)
-    runtime._save_checkpoint = timed("save", runtime._save_checkpoint)
+    training.SharedValidation.run = timed("validate", training.SharedValidation.run)
+    training._save_checkpoint = timed("save", training._save_checkpoint)
 
     class TimedGc:
         def collect(self, *args):
@@ -175,7 +175,7 @@ def install_wrappers() -> None:
         def __getattr__(self, name):
             return getattr(real_gc, name)
 
-    runtime.gc = TimedGc()
+    training.gc = TimedGc()
 
 
 def host_main(argv) -> int:

@@ -9,9 +9,9 @@ per epoch and per training step.
 are started through this file, which wraps functions *in the host process* (children inherit the wrappers
 through fork); nothing in the repository is modified.
 
-    current         coach_functions/runtime.py as it is
-    head            coach_functions/runtime.py as the last commit has it (`git show HEAD:coach_functions/runtime.py`)
-    unsynced        runtime.py with `_await_broadcast` made a no-op: the broadcast happens inside the first step,
+    current         coach_functions/training.py as it is
+    head            coach_functions/training.py as the last commit has it (`git show HEAD:coach_functions/training.py`)
+    unsynced        training.py with `_await_broadcast` made a no-op: the broadcast happens inside the first step,
                     as before the fix
     waitall-after   unsynced + mx.nd.waitall() after every trainer.step
     waitall-before  unsynced + mx.nd.waitall() before every trainer.step
@@ -65,29 +65,29 @@ VARIANT_ENV = "COACH_REPRO_VARIANT"
 
 
 def install_variant(variant: str) -> None:
-    """Wrap Trainer.step (and the runtime's own synchronisation) for `variant`; runs in the warm host."""
+    """Wrap Trainer.step (and the training loop's own synchronisation) for `variant`; runs in the warm host."""
     import mxnet as mx
     from mxnet import gluon
 
-    from coach_functions import runtime
+    from coach_functions import training
 
     if variant == "current":
         return
-    if variant == "head":  # the committed runtime replaces the working tree's before the handler imports it
+    if variant == "head":  # the committed training loop replaces the working tree's before the handler imports it
         import types
 
-        source = subprocess.run(["git", "show", "HEAD:coach_functions/runtime.py"], cwd=REPO, check=True,
+        source = subprocess.run(["git", "show", "HEAD:coach_functions/training.py"], cwd=REPO, check=True,
                                 capture_output=True, text=True).stdout
-        module = types.ModuleType("coach_functions.runtime")
-        module.__file__ = "HEAD:coach_functions/runtime.py"
-        sys.modules["coach_functions.runtime"] = module
+        module = types.ModuleType("coach_functions.training")
+        module.__file__ = "HEAD:coach_functions/training.py"
+        sys.modules["coach_functions.training"] = module
         exec(compile(source, module.__file__, "exec"), module.__dict__)
         import coach_functions
 
-        coach_functions.runtime = module
+        coach_functions.training = module
         return
-    if hasattr(runtime, "_await_broadcast"):  # the fix: replaced by a no-op to get the old behaviour back
-        runtime._await_broadcast = lambda trainer, params: None
+    if hasattr(training, "_await_broadcast"):  # the fix: replaced by a no-op to get the old behaviour back
+        training._await_broadcast = lambda trainer, params: None
     original_step = gluon.Trainer.step
 
     def params_of(trainer):
@@ -211,7 +211,8 @@ def describe(diagnosis: dict | None, reference: dict | None) -> str:
 
 def steps_per_worker(args) -> int:
     """Training steps per worker in one full epoch (loads the model file's data, as a worker does)."""
-    from coach_functions.runtime import HostState, load_model
+    from coach_functions.host_state import HostState
+    from coach_functions.models import load_model
 
     _, data = load_model(HostState(), str(Path(args.model).resolve()))
     return -(-(len(data["X_train"]) // args.workers) // args.batch_size)

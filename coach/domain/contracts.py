@@ -146,7 +146,7 @@ class PsAddress:
 @dataclass(frozen=True)
 class NextEpoch:
     """Where the next epoch of the same functions at the same counts will meet, announced ahead so that a spare
-    child joins it now (coach_functions/runtime.py); that epoch's request carries `id` as its `rendezvous_id`. The id,
+    child joins it now (coach_functions/spares.py); that epoch's request carries `id` as its `rendezvous_id`. The id,
     not the address, tells them apart: an address comes back once the epoch announced there has not come."""
 
     id: str  # unique to this announcement

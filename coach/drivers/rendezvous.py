@@ -3,7 +3,7 @@
 Why ahead: ps-lite's rendezvous takes at least 0.1 s (its readiness poll), on the critical path of every stateless
 epoch. So each request also announces where the job's next step will meet if it runs on the functions the
 lifecycle expects (`InvokeEpoch.following`: this step's, or the next calibration point's), with an id of its own
-(`EpochRequest.next`): the hosts' spare children join there while this epoch runs (coach_functions/runtime.py), and that
+(`EpochRequest.next`): the hosts' spare children join there while this epoch runs (coach_functions/spares.py), and that
 step, when it does run on those functions, meets there already joined; its requests carry the id
 (`rendezvous_id`). A function of the next step that this one does not use (a calibration point that adds a worker
 or a server) hears the announcement from an `AheadRequest` the driver sends beside the epoch. Any other step meets

@@ -10,7 +10,7 @@ The host leaves when its parent does, also after `kill -9`: it asks Linux to SIG
 (PR_SET_PDEATHSIG; the parent must start hosts from a thread that lives as long as they do, because the signal
 follows the thread that forked), and it watches its parent pid as a fallback. Its parent is the template process
 (coach.platforms.template), which leaves with the controller the same way; its epoch children die with it the same
-way (coach_functions/runtime.py). So no function outlives `coach run`.
+way (coach_functions/children.py). So no function outlives `coach run`.
 
 Run as `COACH_FUNCTION_TOKEN=T python -m coach.platforms.host --handler coach_functions.worker.main:handler --parent-pid P`
 (or forked by the template with those arguments); it prints `READY <port>` on stdout when it serves.

@@ -38,7 +38,7 @@ import traceback
 from concurrent.futures import Future
 from typing import Callable, Mapping, Sequence
 
-PRELOAD = ("mxnet", "nuclio_sdk", "coach.platforms.host", "coach_functions.runtime")  # what every host imports first
+PRELOAD = ("mxnet", "nuclio_sdk", "coach.platforms.host", "coach_functions.handler")  # what every host imports first
 #: Environment read when those modules are imported: platforms that differ here get their own template.
 IMPORT_VARIABLE_PREFIXES = ("MXNET_", "OMP_", "KMP_", "OPENBLAS_", "MKL_", "LD_", "PYTHON")
 MAX_REQUEST_BYTES = 256 * 1024  # a request is an argv and an environment: a few kilobytes (a socket buffer holds 208 KiB)

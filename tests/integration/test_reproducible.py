@@ -3,7 +3,7 @@
 What used to break it: Gluon's Trainer broadcasts rank 0's parameters inside the first `step()`, with an
 asynchronous pull on the same kvstore keys the step then push-pulls the gradients on, and MXNet's engine does not
 order the two. When both workers' gradients of a key reached the server before one worker's pull of it, that
-worker got the summed gradients back instead of the parameters. coach_functions/runtime.py now waits for the broadcast
+worker got the summed gradients back instead of the parameters. coach_functions/training.py now waits for the broadcast
 before the first push (`_await_broadcast`).
 
 The test repeats a short real epoch that starts without a checkpoint (only such an epoch shows the race: from a

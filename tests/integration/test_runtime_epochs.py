@@ -309,7 +309,7 @@ def test_an_epoch_from_a_checkpoint_skips_the_shape_pass_once_its_host_knows_the
 def test_in_a_long_shard_one_workers_infinite_loss_still_stops_both_workers_at_the_same_step(epochs, tmp_path):
     """The probe is read after the first two steps and every PROBE_EVERY_STEPS-th, at the same steps on every
     worker: in a 25-step shard a flagged sample stops both together, at most that many steps after it."""
-    from coach_functions.runtime import PROBE_EVERY_STEPS
+    from coach_functions.training import PROBE_EVERY_STEPS
 
     body = TINY.replace("rng.rand(256, 8)", "rng.rand(1856, 8)").replace(
         "return x[:192], y[:192], x[192:], y[192:]",

@@ -2,7 +2,7 @@
 
 A calibration point that adds a worker or a server runs on a function the step before did not use: its request
 cannot carry the announcement, so the driver sends that function an AheadRequest beside the step, and its spare
-joins the rendezvous ahead like the others (coach_functions/runtime.py `announce`). Run through the virtual-time driver
+joins the rendezvous ahead like the others (coach_functions/spares.py `announce`). Run through the virtual-time driver
 on the simulated platform, which records every request.
 """
 

@@ -1,4 +1,4 @@
-"""coach.domain.contracts and the function side that checks it (coach_functions.runtime.handle_event).
+"""coach.domain.contracts and the function side that checks it (coach_functions.handler.handle_event).
 
 Every contract type survives a trip through JSON unchanged; every malformed request is refused with one line
 that names the field; a function answers such a request 400 before forking anything, and keeps serving.
@@ -37,7 +37,9 @@ from coach.domain.contracts import (
     WorkerReply,
 )
 from coach.platforms.host import make_context
-from coach_functions import runtime
+from coach_functions import children, handler, spares
+from coach_functions.failures import EpochError
+from coach_functions.host_state import HostState
 from tests.support import wait_for
 
 PS = PsAddress(root_uri="10.0.0.5", root_port=9091, num_servers=2, num_workers=3, node_host="10.0.0.7")
@@ -400,10 +402,10 @@ def test_a_diverged_reply_may_carry_its_loss_or_none():
 
 
 def call(role: str, body: Any) -> tuple[int, dict]:
-    """One event through runtime.handle_event with a fresh host; (status, JSON reply)."""
+    """One event through handler.handle_event with a fresh host; (status, JSON reply)."""
     context = make_context(f"test-{role}")
-    context.user_data.host = runtime.HostState()
-    response = runtime.handle_event(context, nuclio_sdk.Event(body=body, content_type="application/json"), role)
+    context.user_data.host = HostState()
+    response = handler.handle_event(context, nuclio_sdk.Event(body=body, content_type="application/json"), role)
     return response.status_code, json.loads(response.body)
 
 
@@ -428,7 +430,7 @@ def call(role: str, body: Any) -> tuple[int, dict]:
 ], ids=["not-json", "not-utf8", "list", "empty", "unknown-action", "ahead-wrong-role", "ahead-no-id", "port-str",
         "wrong-role", "warm-no-model", "warm-server", "cancel"])
 def test_handle_event_answers_without_forking(body, status, reply, monkeypatch):
-    monkeypatch.setattr(runtime, "run_in_child", lambda *args: pytest.fail("nothing may be forked"))
+    monkeypatch.setattr(spares, "run_in_child", lambda *args: pytest.fail("nothing may be forked"))
 
     assert call("server", body) == (status, reply)
 
@@ -440,7 +442,7 @@ def test_handle_event_gives_the_child_the_typed_request(monkeypatch):
         seen.append(request)
         return 200, {"compute_s": 0.0}
 
-    monkeypatch.setattr(runtime, "run_epoch", fake_run_epoch)
+    monkeypatch.setattr(handler, "run_epoch", fake_run_epoch)
     scheduler_request = replace(REQUEST, role="scheduler")
 
     status, reply = call("scheduler", through_json(scheduler_request.to_dict()))
@@ -450,10 +452,10 @@ def test_handle_event_gives_the_child_the_typed_request(monkeypatch):
 
 
 def test_the_scheduler_and_server_children_run_the_ps_node(monkeypatch):
-    monkeypatch.setattr(runtime, "run_ps_node", lambda request: {"ran": request.role})
+    monkeypatch.setattr(spares, "run_ps_node", lambda request: {"ran": request.role})
 
     for role in ("scheduler", "server"):
-        assert runtime.epoch_work(runtime.HostState(), replace(REQUEST, role=role)) == {"ran": role}
+        assert spares.epoch_work(HostState(), replace(REQUEST, role=role)) == {"ran": role}
 
 
 # --------------------------------------------------------------------------- the spare child
@@ -462,8 +464,8 @@ def test_the_scheduler_and_server_children_run_the_ps_node(monkeypatch):
 @pytest.fixture
 def spared(monkeypatch):
     """A host whose epoch children say who they are; its last spare is killed afterwards."""
-    monkeypatch.setattr(runtime, "run_ps_node", lambda request: {"pid": os.getpid(), "job": request.job})
-    host = runtime.HostState()
+    monkeypatch.setattr(spares, "run_ps_node", lambda request: {"pid": os.getpid(), "job": request.job})
+    host = HostState()
     yield host
     with host.keeping, host.lock:  # not while the keeper forks one more
         spare, host.spare = host.spare, None
@@ -472,7 +474,7 @@ def spared(monkeypatch):
         os.waitpid(spare.pid, 0)
 
 
-def spare_of(host: runtime.HostState, not_pid: int | None = None) -> int:
+def spare_of(host: HostState, not_pid: int | None = None) -> int:
     """The pid of the host's spare once there is one (other than `not_pid`)."""
     def pid() -> int | None:
         with host.lock:
@@ -482,24 +484,24 @@ def spare_of(host: runtime.HostState, not_pid: int | None = None) -> int:
 
 
 def test_an_epoch_runs_in_the_spare_forked_before_it_and_a_new_spare_follows(spared):
-    runtime.want_spare(spared)
+    spares.want_spare(spared)
     first = spare_of(spared)
 
-    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+    status, reply = spares.run_epoch(spared, replace(REQUEST, role="server"))
 
     assert (status, reply["pid"], reply["job"]) == (200, first, "lenet-mnist")
     assert 0 <= reply["wall_s"] < 10
     second = spare_of(spared, not_pid=first)
-    assert runtime.run_epoch(spared, replace(REQUEST, role="server"))[1]["pid"] == second
+    assert spares.run_epoch(spared, replace(REQUEST, role="server"))[1]["pid"] == second
 
 
 def test_a_spare_forked_before_a_model_was_loaded_is_not_used_and_leaves(spared):
-    runtime.want_spare(spared)
+    spares.want_spare(spared)
     stale = spare_of(spared)
     with spared.lock:
         spared.generation += 1  # as load_model does when it caches a model
 
-    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+    status, reply = spares.run_epoch(spared, replace(REQUEST, role="server"))
 
     assert status == 200 and reply["pid"] != stale
     wait_for(lambda: not _exists(stale), what="the stale spare gone and reaped")
@@ -534,12 +536,12 @@ def announced(**changes) -> EpochRequest:
 LOST = "joined this epoch's rendezvous ahead cannot run it"  # the 500 of an epoch whose joined node is lost
 
 
-def joined_spare(host: runtime.HostState, monkeypatch) -> int:
+def joined_spare(host: HostState, monkeypatch) -> int:
     """The pid of a spare that joined AHEAD (through Joined, without ps-lite)."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
     with host.lock:
         host.ahead = ("server", AHEAD)
-    runtime.want_spare(host)
+    spares.want_spare(host)
     return spare_of(host)
 
 
@@ -550,16 +552,16 @@ def ended(pid: int) -> None:
 
 def test_a_request_naming_the_next_rendezvous_has_the_next_spare_join_it_and_that_epoch_run_there(
         spared, monkeypatch):
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    runtime.want_spare(spared)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
+    spares.want_spare(spared)
     plain = spare_of(spared)
 
-    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server", next=AHEAD))
+    status, reply = spares.run_epoch(spared, replace(REQUEST, role="server", next=AHEAD))
 
     assert (status, reply["pid"], "joined" in reply) == (200, plain, False)  # a spare that joined nothing serves any
     ahead = spare_of(spared, not_pid=plain)
     assert spared.spare.joined == AHEAD and spared.ahead == ("server", AHEAD)
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
     assert (status, reply["pid"], reply["joined"]) == (200, ahead, ["server", 9092])
     assert spared.ahead is None  # that request named no next rendezvous: the next spare joins nothing
     assert spare_of(spared, not_pid=ahead) and spared.spare.joined is None
@@ -568,7 +570,7 @@ def test_a_request_naming_the_next_rendezvous_has_the_next_spare_join_it_and_tha
 def test_a_spare_that_joined_another_rendezvous_is_dropped_and_the_epoch_forks_as_usual(spared, monkeypatch):
     elsewhere = joined_spare(spared, monkeypatch)
 
-    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))  # at PS, not at AHEAD
+    status, reply = spares.run_epoch(spared, replace(REQUEST, role="server"))  # at PS, not at AHEAD
 
     assert status == 200 and reply["pid"] != elsewhere and "joined" not in reply
     wait_for(lambda: not _exists(elsewhere), what="the spare that joined elsewhere gone and reaped")
@@ -580,19 +582,19 @@ def test_an_epoch_given_the_address_of_an_announcement_that_never_came_true_does
     peers of that announcement are gone, so running in it would hang."""
     stale = joined_spare(spared, monkeypatch)
 
-    status, reply = runtime.run_epoch(spared, announced(rendezvous_id=None))
+    status, reply = spares.run_epoch(spared, announced(rendezvous_id=None))
 
     assert status == 200 and reply["pid"] != stale and "joined" not in reply
     wait_for(lambda: not _exists(stale), what="the spare of the old announcement gone and reaped")
 
 
 def test_an_epoch_whose_spare_was_killed_forks_as_usual(spared):
-    runtime.want_spare(spared)
+    spares.want_spare(spared)
     dead = spare_of(spared)
     os.kill(dead, 9)
     ended(dead)
 
-    status, reply = runtime.run_epoch(spared, replace(REQUEST, role="server"))
+    status, reply = spares.run_epoch(spared, replace(REQUEST, role="server"))
 
     assert status == 200 and reply["pid"] != dead, reply
     wait_for(lambda: spared.children == set(), what="the child reaped")
@@ -604,7 +606,7 @@ def test_a_spare_that_joined_the_requests_rendezvous_but_is_stale_fails_the_epoc
     with spared.lock:
         spared.generation += 1  # the model file changed since it was forked
 
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
 
     assert status == 500 and LOST in reply["error"]
     assert spared.children == set()  # nothing was forked for it
@@ -616,7 +618,7 @@ def test_a_spare_that_joined_the_requests_rendezvous_and_died_fails_the_epoch_at
     os.kill(dead, 9)
     ended(dead)
 
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
 
     assert status == 500 and LOST in reply["error"]
     assert spared.children == set()
@@ -628,48 +630,48 @@ def test_a_stale_spare_that_joined_is_replaced_by_one_that_joins_nothing_and_its
     joined = joined_spare(spared, monkeypatch)
     with spared.lock:
         spared.generation += 1  # a warm request loaded a model: the keeper replaces its spare
-    runtime.want_spare(spared)
+    spares.want_spare(spared)
     replacement = spare_of(spared, not_pid=joined)
 
     assert spared.spare.joined is None and spared.joined_id == AHEAD.id
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
     assert status == 500 and LOST in reply["error"]
     wait_for(lambda: not _exists(joined) and not _exists(replacement), what="both spares gone and reaped")
 
 
-def ahead_event(host: runtime.HostState, role: str, ahead: NextEpoch) -> tuple[int, dict]:
-    """An AheadRequest through runtime.handle_event on `host`: (status, JSON reply)."""
+def ahead_event(host: HostState, role: str, ahead: NextEpoch) -> tuple[int, dict]:
+    """An AheadRequest through handler.handle_event on `host`: (status, JSON reply)."""
     context = make_context(f"test-{role}")
     context.user_data.host = host
     event = nuclio_sdk.Event(body=AheadRequest(role, ahead).to_dict(), content_type="application/json")
-    response = runtime.handle_event(context, event, role)
+    response = handler.handle_event(context, event, role)
     return response.status_code, json.loads(response.body)
 
 
 def test_an_ahead_request_has_an_idle_functions_spare_join_without_a_fork_and_run_that_epoch(spared, monkeypatch):
     """A calibration point that adds this function: its step's requests went to others, so it hears it here, and
     its idle spare joins (no fork or teardown beside the running epoch)."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    runtime.want_spare(spared)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
+    spares.want_spare(spared)
     idle = spare_of(spared)
 
     assert ahead_event(spared, "server", AHEAD) == (200, {"ahead": True, "role": "server"})
 
     assert (spared.spare.pid, spared.spare.joined, spared.joined_id) == (idle, AHEAD, AHEAD.id)
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
     assert (status, reply["pid"], reply["joined"]) == (200, idle, ["server", 9092])
 
 
 def test_a_spare_handed_its_join_and_its_request_back_to_back_reads_both(spared, monkeypatch):
     """The frames share one pipe: reading the first must not swallow the second."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    runtime.want_spare(spared)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
+    spares.want_spare(spared)
     idle = spare_of(spared)
     os.kill(idle, signal.SIGSTOP)  # it reads nothing until both frames are in its pipe
     try:
         ahead_event(spared, "server", AHEAD)
         result = {}
-        epoch = threading.Thread(target=lambda: result.update(out=runtime.run_epoch(spared, announced())))
+        epoch = threading.Thread(target=lambda: result.update(out=spares.run_epoch(spared, announced())))
         epoch.start()
         wait_for(lambda: spared.spare is None or spared.spare.pid != idle, what="the request handed over")
     finally:
@@ -680,8 +682,8 @@ def test_a_spare_handed_its_join_and_its_request_back_to_back_reads_both(spared,
 
 
 def test_an_idle_spare_forked_before_the_model_now_loaded_is_replaced_by_one_that_joins(spared, monkeypatch):
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    runtime.want_spare(spared)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
+    spares.want_spare(spared)
     stale = spare_of(spared)
     with spared.lock:
         spared.generation += 1  # a warm request loaded a model since
@@ -691,7 +693,7 @@ def test_an_idle_spare_forked_before_the_model_now_loaded_is_replaced_by_one_tha
     fresh = spare_of(spared, not_pid=stale)
     assert spared.spare.joined == AHEAD
     wait_for(lambda: not _exists(stale), what="the stale spare gone and reaped")
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
     assert (status, reply["pid"], reply["joined"]) == (200, fresh, ["server", 9092])
 
 
@@ -701,7 +703,7 @@ def test_the_same_announcement_told_twice_keeps_the_spare_that_joined_it(spared,
     assert ahead_event(spared, "server", AHEAD)[0] == 200
 
     assert spare_of(spared) == joined and _exists(joined)
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
     assert (status, reply["pid"], reply["joined"]) == (200, joined, ["server", 9092])
 
 
@@ -714,17 +716,17 @@ def test_a_new_announcement_replaces_a_spare_that_joined_an_older_one(spared, mo
     replacement = spare_of(spared, not_pid=older)
     assert spared.spare.joined == newer
     wait_for(lambda: not _exists(older), what="the spare of the older announcement gone and reaped")
-    status, reply = runtime.run_epoch(spared, announced(ps=newer.ps, rendezvous_id=newer.id))
+    status, reply = spares.run_epoch(spared, announced(ps=newer.ps, rendezvous_id=newer.id))
     assert (status, reply["pid"], reply["joined"]) == (200, replacement, ["server", 9093])
 
 
 def test_an_announced_epoch_this_host_never_joined_runs_in_a_child_that_joins_it_now(spared, monkeypatch):
     """The keeper had not forked for the announcement yet: the rendezvous waits for this node, so it may join."""
-    monkeypatch.setattr(runtime, "join_ahead", Joined)
-    runtime.want_spare(spared)
+    monkeypatch.setattr(spares, "join_ahead", Joined)
+    spares.want_spare(spared)
     plain = spare_of(spared)
 
-    status, reply = runtime.run_epoch(spared, announced())
+    status, reply = spares.run_epoch(spared, announced())
 
     assert (status, reply["pid"], "joined" in reply) == (200, plain, False)
 
@@ -740,7 +742,7 @@ def test_a_worker_with_a_missing_model_file_answers_422_after_the_contract_passe
 
 
 def test_run_in_child_returns_the_childs_reply_with_its_wall_time():
-    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, lambda r: {"job": r.job, "rank": 0})
+    status, reply = children.run_in_child(HostState(), REQUEST, lambda r: {"job": r.job, "rank": 0})
 
     assert status == 200
     assert (reply["job"], reply["rank"]) == ("lenet-mnist", 0)
@@ -748,9 +750,9 @@ def test_run_in_child_returns_the_childs_reply_with_its_wall_time():
 
 
 def test_run_in_child_answers_once_the_reply_is_whole_and_reaps_the_child_meanwhile():
-    host = runtime.HostState()
+    host = HostState()
 
-    status, reply = runtime.run_in_child(host, REQUEST, lambda r: {"pid": os.getpid()})
+    status, reply = children.run_in_child(host, REQUEST, lambda r: {"pid": os.getpid()})
 
     assert status == 200
     wait_for(lambda: host.children == set(), what="the child reaped")
@@ -759,10 +761,10 @@ def test_run_in_child_answers_once_the_reply_is_whole_and_reaps_the_child_meanwh
 
 
 def test_run_in_child_gives_up_at_the_requests_deadline():
-    host = runtime.HostState()
+    host = HostState()
     started = time.monotonic()
 
-    status, reply = runtime.run_in_child(host, replace(REQUEST, deadline_s=0.3), lambda r: time.sleep(30) or {})
+    status, reply = children.run_in_child(host, replace(REQUEST, deadline_s=0.3), lambda r: time.sleep(30) or {})
 
     assert (status, reply) == (504, {"error": "deadline of 0.3 s exceeded"})
     assert time.monotonic() - started < 5
@@ -773,7 +775,7 @@ def test_run_in_child_turns_an_exception_into_a_500_with_the_error_and_logs_its_
     def work(request):
         raise RuntimeError(f"the model exploded in {request.job}")
 
-    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, work)
+    status, reply = children.run_in_child(HostState(), REQUEST, work)
 
     assert status == 500
     assert reply["error"] == "RuntimeError: the model exploded in lenet-mnist"
@@ -784,9 +786,9 @@ def test_run_in_child_turns_an_exception_into_a_500_with_the_error_and_logs_its_
 
 def test_run_in_child_answers_an_epoch_error_422_rejected():
     def work(request):
-        raise runtime.EpochError(f"model file {request.model_path}: build_model() raised ValueError: no")
+        raise EpochError(f"model file {request.model_path}: build_model() raised ValueError: no")
 
-    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, work)
+    status, reply = children.run_in_child(HostState(), REQUEST, work)
 
     assert status == 422
     assert reply["error"] == "model file jobs/models/lenet.py: build_model() raised ValueError: no"
@@ -794,14 +796,14 @@ def test_run_in_child_answers_an_epoch_error_422_rejected():
 
 
 def test_run_in_child_never_sends_nan():
-    status, reply = runtime.run_in_child(runtime.HostState(), REQUEST, lambda r: {"loss_sum": math.nan})
+    status, reply = children.run_in_child(HostState(), REQUEST, lambda r: {"loss_sum": math.nan})
 
     assert status == 500
     assert reply["error"] == "reply is not standard JSON: Out of range float values are not JSON compliant"
 
 
 def test_a_reply_with_nan_is_answered_500_not_sent_as_nan():
-    response = runtime._respond(make_context("t"), 200, {"val_loss": math.inf, "role": "worker"})
+    response = handler._respond(make_context("t"), 200, {"val_loss": math.inf, "role": "worker"})
 
     assert response.status_code == 500
     assert json.loads(response.body) == {

@@ -12,7 +12,7 @@ from coach.estimates.cost import cost_like_last, epoch_cost
 
 
 def reply(rank: int, samples: int, loss_sum: float, correct: int, compute_s: float, **extra) -> WorkerReply:
-    """One worker's typed reply, as coach_functions.runtime.run_worker_epoch sends it."""
+    """One worker's typed reply, as coach_functions.training.run_worker_epoch sends it."""
     return WorkerReply(rank=rank, num_workers=2, loss_sum=loss_sum, samples=samples, correct=correct,
                        compute_s=compute_s, checkpoint_saved=None, **extra)
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from coach.domain.contracts import EpochRequest, Hyper, PsAddress
-from coach_functions import epochs, runtime
+from coach_functions import children, epochs
+from coach_functions.host_state import HostState
 from tests.support import wait_for
 
 REQUEST = EpochRequest(job="j", epoch=1, step=1, attempt=1, role="scheduler",
@@ -120,11 +121,11 @@ def test_a_cancel_received_by_one_host_stops_the_epoch_another_host_runs(tmp_pat
     """Two hosts of one function (two worker processes on Nuclio) share nothing in memory, only the folder."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     monkeypatch.setenv(epochs.EPOCHS_DIR_ENV, "coach-epochs")
-    running, other = runtime.HostState(), runtime.HostState()
+    running, other = HostState(), HostState()
     outcome = {}
 
     def epoch():
-        outcome["reply"] = runtime.run_in_child(running, replace(REQUEST, deadline_s=30.0),
+        outcome["reply"] = children.run_in_child(running, replace(REQUEST, deadline_s=30.0),
                                                 lambda r: time.sleep(30) or {})
 
     thread = threading.Thread(target=epoch)
@@ -132,9 +133,9 @@ def test_a_cancel_received_by_one_host_stops_the_epoch_another_host_runs(tmp_pat
     thread.start()
     wait_for(lambda: os.listdir(tmp_path / "coach-epochs"), what="the epoch child registered")
 
-    assert runtime.cancel_children(other) == 1
+    assert children.cancel_children(other) == 1
     thread.join(timeout=10)
     assert time.monotonic() - started < 10
     assert outcome["reply"] == (500, {"error": "epoch child exited with code -9"})
     assert running.children == set() and os.listdir(tmp_path / "coach-epochs") == []
-    assert runtime.cancel_children(other) == 0
+    assert children.cancel_children(other) == 0

@@ -410,7 +410,7 @@ def test_a_calibration_share_is_whole_batches_on_every_worker_at_least_the_floor
 @pytest.mark.parametrize("batch", [2, 32, 64, 100, 128])
 def test_a_calibration_share_gives_each_worker_whole_batches_after_the_workers_rounding(data_samples, workers,
                                                                                         batch):
-    """coach_functions/runtime.py's `_shard_size`: ceil(size * share) samples, split evenly; no step is left over."""
+    """coach_functions/shards.py's `shard_size`: ceil(size * share) samples, split evenly; no step is left over."""
     fraction = calibration_fraction(0.25, workers, batch, data_samples)
     per_worker = min(max(workers, math.ceil(data_samples * fraction)), data_samples) // workers
     steps = max(CALIBRATION_MIN_STEPS, round(0.25 * data_samples / (batch * workers)))

@@ -19,8 +19,11 @@ import pytest
 
 from coach.domain.contracts import WarmRequest
 from coach.platforms.host import make_context
-from coach_functions import runtime
-from coach_functions.runtime import EpochError, check_labels, load_model, normalise_data
+from coach_functions import handler, models, training
+from coach_functions.data import check_labels, normalise_data
+from coach_functions.failures import EpochError
+from coach_functions.host_state import HostState
+from coach_functions.models import load_model
 
 X = np.arange(12, dtype="float32").reshape(4, 3)
 Y = np.array([0, 1, 2, 1], dtype="int64")
@@ -138,10 +141,10 @@ def test_the_classes_are_the_output_size_for_the_default_loss_only():
 
     out = mx.nd.zeros((1, 7))
 
-    assert runtime._classes(out, gluon.loss.SoftmaxCrossEntropyLoss()) == 7
-    assert runtime._classes(out, gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)) is None
-    assert runtime._classes(out, gluon.loss.L2Loss()) is None
-    assert runtime._classes(mx.nd.zeros((1,)), gluon.loss.SoftmaxCrossEntropyLoss()) is None
+    assert training._classes(out, gluon.loss.SoftmaxCrossEntropyLoss()) == 7
+    assert training._classes(out, gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)) is None
+    assert training._classes(out, gluon.loss.L2Loss()) is None
+    assert training._classes(mx.nd.zeros((1,)), gluon.loss.SoftmaxCrossEntropyLoss()) is None
 
 
 # --------------------------------------------------------------------------- load_model: the model file's own errors
@@ -166,7 +169,7 @@ def test_load_data_raising_is_rejected_naming_the_file_and_its_traceback_goes_to
     """)
 
     with pytest.raises(EpochError) as caught:
-        load_model(runtime.HostState(), str(path))
+        load_model(HostState(), str(path))
 
     assert str(caught.value) == f"model file {path}: load_data() raised FileNotFoundError: digits.npz is not here"
     err = capfd.readouterr().err
@@ -182,7 +185,7 @@ def test_a_model_file_that_fails_to_import_is_rejected_with_its_traceback(tmp_pa
     """)
 
     with pytest.raises(EpochError) as caught:
-        load_model(runtime.HostState(), str(path))
+        load_model(HostState(), str(path))
 
     assert str(caught.value) == f"model file {path}: importing it raised ZeroDivisionError: division by zero"
     assert "SCALE = 1 / 0" in capfd.readouterr().err
@@ -198,7 +201,7 @@ def test_sys_exit_in_load_data_is_rejected_and_does_not_end_the_host(tmp_path):
     """)
 
     with pytest.raises(EpochError) as caught:
-        load_model(runtime.HostState(), str(path))
+        load_model(HostState(), str(path))
 
     assert str(caught.value) == f"model file {path}: load_data() raised SystemExit: 3"
 
@@ -215,13 +218,13 @@ def test_broken_data_are_rejected_naming_the_model_file(tmp_path):
     """)
 
     with pytest.raises(EpochError) as caught:
-        load_model(runtime.HostState(), str(path))
+        load_model(HostState(), str(path))
 
     assert str(caught.value) == f"model file {path}: load_data(): X_train holds NaN or infinity (first at sample 3: nan)"
 
 
 def test_a_failed_load_is_not_cached_and_a_fixed_file_loads(tmp_path):
-    host = runtime.HostState()
+    host = HostState()
     path = model_file(tmp_path, "def build_model(): pass\ndef load_data(): raise ValueError('not yet')\n")
     with pytest.raises(EpochError):
         load_model(host, str(path))
@@ -236,10 +239,10 @@ def test_a_failed_load_is_not_cached_and_a_fixed_file_loads(tmp_path):
 def test_a_warm_request_for_a_broken_model_file_is_answered_422(tmp_path, capfd):
     path = model_file(tmp_path, "def build_model(): pass\ndef load_data(): raise RuntimeError('no data')\n")
     context = make_context("test-worker")
-    context.user_data.host = runtime.HostState()
+    context.user_data.host = HostState()
     event = nuclio_sdk.Event(body=WarmRequest(str(path)).to_dict(), content_type="application/json")
 
-    response = runtime.handle_event(context, event, "worker")
+    response = handler.handle_event(context, event, "worker")
 
     assert (response.status_code, json.loads(response.body)) == (
         422, {"error": f"model file {path}: load_data() raised RuntimeError: no data", "role": "worker"})
@@ -262,31 +265,31 @@ TWO_SAMPLES = """
 def test_a_host_keeps_the_classes_a_worker_reply_tells_for_the_module_loaded_now_and_takes_them_out(tmp_path,
                                                                                                    classes):
     path = model_file(tmp_path, TWO_SAMPLES)
-    host = runtime.HostState()
+    host = HostState()
     module, _ = load_model(host, str(path))
-    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
+    assert models.known_classes(host, str(path), module) is models.UNKNOWN
 
-    reply = {"samples": 2, runtime.CLASSES_FIELD: classes}
-    runtime.learn_classes(host, str(path), module, reply)
+    reply = {"samples": 2, models.CLASSES_FIELD: classes}
+    models.learn_classes(host, str(path), module, reply)
 
     assert reply == {"samples": 2}  # never passed on to the controller
-    assert runtime.known_classes(host, str(path), module) == classes
+    assert models.known_classes(host, str(path), module) == classes
 
 
 def test_a_changed_model_file_forgets_its_classes_and_odd_values_are_not_kept(tmp_path):
     path = model_file(tmp_path, TWO_SAMPLES)
-    host = runtime.HostState()
+    host = HostState()
     old, _ = load_model(host, str(path))
-    runtime.learn_classes(host, str(path), old, {runtime.CLASSES_FIELD: 2})
+    models.learn_classes(host, str(path), old, {models.CLASSES_FIELD: 2})
     stat = path.stat()
     os.utime(path, (stat.st_atime, stat.st_mtime + 5))
 
     module, _ = load_model(host, str(path))
 
-    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
-    runtime.learn_classes(host, str(path), old, {runtime.CLASSES_FIELD: 2})  # an epoch of the module replaced
-    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
-    runtime.learn_classes(host, str(path), module, {runtime.CLASSES_FIELD: "10"})  # not from a child of ours
-    assert runtime.known_classes(host, str(path), module) is runtime.UNKNOWN
-    runtime.learn_classes(host, str(tmp_path / "other.py"), module, {runtime.CLASSES_FIELD: 3})  # not loaded
-    assert runtime.known_classes(host, str(tmp_path / "other.py"), module) is runtime.UNKNOWN
+    assert models.known_classes(host, str(path), module) is models.UNKNOWN
+    models.learn_classes(host, str(path), old, {models.CLASSES_FIELD: 2})  # an epoch of the module replaced
+    assert models.known_classes(host, str(path), module) is models.UNKNOWN
+    models.learn_classes(host, str(path), module, {models.CLASSES_FIELD: "10"})  # not from a child of ours
+    assert models.known_classes(host, str(path), module) is models.UNKNOWN
+    models.learn_classes(host, str(tmp_path / "other.py"), module, {models.CLASSES_FIELD: 3})  # not loaded
+    assert models.known_classes(host, str(tmp_path / "other.py"), module) is models.UNKNOWN

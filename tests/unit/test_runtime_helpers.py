@@ -1,4 +1,4 @@
-"""coach_functions.runtime helpers that need no MXNet: data sharding, load_data() normalising, the DMLC environment."""
+"""coach_functions helpers that need no MXNet: data sharding, load_data() normalising, the DMLC environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from coach.domain.contracts import ContractError, EpochRequest, Hyper, PsAddress
-from coach_functions.runtime import EpochError, _shard, _shard_size, _warmup_s, normalise_data, ps_environment
+from coach_functions.data import normalise_data
+from coach_functions.failures import EpochError
+from coach_functions.ps import ps_environment
+from coach_functions.shards import shard, shard_size
+from coach_functions.training import _warmup_s
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "coach_functions"
 
@@ -35,13 +39,13 @@ def shards(data: dict, num_workers: int, fraction: float = 1.0, seed: int = 0) -
     out = []
     request = epoch_request(num_workers=num_workers, fraction=fraction, seed=seed)
     for rank in range(num_workers):
-        x, y = _shard(data, request, rank)
+        x, y = shard(data, request, rank)
         assert list(y) == list(x[:, 0] + 1000)  # inputs and labels stay paired
         out.append([int(v) for v in x[:, 0]])
     return out
 
 
-# --------------------------------------------------------------------------- _shard
+# --------------------------------------------------------------------------- shard
 
 
 @pytest.mark.parametrize("n, workers", [(10, 3), (12, 4), (7, 7), (100, 6)])
@@ -104,7 +108,7 @@ def test_fewer_samples_than_workers_gives_empty_shards():
 def test_the_shard_size_a_worker_checks_before_joining_is_the_size_of_every_shard(n, workers, fraction):
     request = epoch_request(num_workers=workers, fraction=fraction)
 
-    assert [len(part) for part in shards(indexed_data(n), workers, fraction)] == [_shard_size(n, request)] * workers
+    assert [len(part) for part in shards(indexed_data(n), workers, fraction)] == [shard_size(n, request)] * workers
 
 
 # --------------------------------------------------------------------------- normalise_data
@@ -218,7 +222,7 @@ def test_a_request_without_node_host_is_refused_not_defaulted_to_loopback():
 def test_no_function_source_hides_a_loopback_default():
     sources = sorted(FUNCTIONS.rglob("*.py"))
 
-    assert len(sources) >= 4  # runtime.py and the three roles' main.py
+    assert len(sources) >= 4  # the runtime's modules and the three roles' main.py
     assert [str(p) for p in sources if "127.0.0.1" in p.read_text()] == []
 
 
