@@ -44,7 +44,7 @@ SLOW = {
     "service/test_restart.py::test_a_job_stopped_by_its_user_is_not_resumed",
     "contract/test_kube_scheduler_binder.py::"
     "test_the_binding_process_gets_the_credentials_a_kubeconfigs_refresh_hook_renews",
-    "contract/test_checkpoint_stores.py::test_a_store_nobody_answers_for_fails_as_values_within_seconds",
+    "contract/test_checkpoint_stores.py::test_a_store_nobody_answers_for_fails_as_values",
 }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,16 +31,13 @@ class Drive:
 
     name: str  # "virtual" or "live"
     root: Path  # where the runs write their folders
-    wall_s: float = 0.0  # wall seconds the last call took
     runs: int = 0
 
     def __call__(self, specs: Sequence[JobSpec], cluster: ClusterSpec, policy: str = "static",
                  scheduler: str = "gang", stop_after_s: float | None = None) -> tuple[dict, dict[str, list[dict]]]:
         self.runs += 1
-        started = time.monotonic()
         run_dir = (self._live if self.name == "live" else self._virtual)(
             specs, cluster, policy, scheduler, stop_after_s, self.root / f"run-{self.runs}")
-        self.wall_s = time.monotonic() - started
         summary = json.loads((run_dir / "summary.json").read_text())
         return summary, {spec.name: read_log(run_dir / f"{spec.name}.jsonl") for spec in specs}
 

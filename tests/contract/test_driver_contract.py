@@ -156,9 +156,8 @@ def test_a_stop_request_mid_run_ends_the_job_as_interrupted(drive, job):
     assert job_summary["epochs"] == len(trained)
     assert abs(job_summary["total_cost"] - last["cumulative_cost"]) < 1e-12
     assert (job_summary["workers"], job_summary["servers"]) == (trained[-1]["workers"], trained[-1]["servers"])
-    # it ended soon after the stop: in the run's own time, and in wall time
+    # it ended soon after the stop, in the run's own time
     assert job_summary["jct_s"] <= stop_after_s + STOP_GRACE_S
-    assert drive.wall_s <= stop_after_s + 2 * STOP_GRACE_S
 
 
 def test_the_static_policy_refuses_no_static_job_and_keeps_the_files_counts(drive, job):

@@ -10,7 +10,6 @@ test nothing more.
 
 from __future__ import annotations
 
-import time
 
 import yaml
 
@@ -41,30 +40,26 @@ def run(stack: LoopbackStack, tmp_path, placement_timeout_s: float):
         return NuclioPlatform(stack.dashboard.url, stack.namespace, image=site.image, token=token, request_timeout_s=1.0,
                               retries=2, ready_timeout_s=20.0)
 
-    started = time.monotonic()
-    report = run_jobs([small_job(tmp_path)], stack.cluster, tmp_path / "results", view="quiet", site=site,
-                      platform_factory=platform, placement_timeout_s=placement_timeout_s,
-                      checkpoints=stack.checkpoints, first_requeue_backoff_s=REQUEUE_BACKOFF_S)
-    return report, time.monotonic() - started
+    return run_jobs([small_job(tmp_path)], stack.cluster, tmp_path / "results", view="quiet", site=site,
+                    platform_factory=platform, placement_timeout_s=placement_timeout_s,
+                    checkpoints=stack.checkpoints, first_requeue_backoff_s=REQUEUE_BACKOFF_S)
 
 
 def test_a_dashboard_that_answers_500_to_every_create_stops_the_job_as_unschedulable_with_its_answer(
         stack, tmp_path):
     stack.dashboard.fail_next("/api/functions", status=500, times=10**6)
-    report, took_s = run(stack, tmp_path, placement_timeout_s=0.5)
+    report = run(stack, tmp_path, placement_timeout_s=0.5)
     reason = report.summary["jobs"]["flaky"]["stop_reason"]
     assert reason.startswith("unschedulable: no quorum after 6 tries: pods not created: "), reason
     assert f"nuclio dashboard {stack.dashboard.url}: POST /api/functions: HTTP 500 after 2 tries" in reason, reason
     assert report.exit_code == 1
-    assert took_s < 120  # five requeues (0.05 + 0.1 + 0.2 + 0.4 + 0.8 s of backoff) and six bounded creates
     assert stack.binding_attempts() == []  # no pod ever existed to bind
 
 
 def test_a_dashboard_that_hangs_while_the_function_deploys_stops_the_job_with_a_timeout_reason(stack, tmp_path):
     stack.dashboard.hang("/api/functions/", seconds=30, times=10**6)  # every GET of a function's status hangs
-    report, took_s = run(stack, tmp_path, placement_timeout_s=30.0)
+    report = run(stack, tmp_path, placement_timeout_s=30.0)
     reason = report.summary["jobs"]["flaky"]["stop_reason"]
     assert reason.startswith("failed: "), reason
     assert "deploy" in reason and stack.dashboard.url in reason, reason
     assert report.exit_code == 1
-    assert took_s < 60, took_s

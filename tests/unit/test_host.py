@@ -225,28 +225,6 @@ def test_the_host_exits_by_itself_when_its_parent_is_killed():
             os.kill(host_pid, signal.SIGKILL)
 
 
-def test_the_host_is_gone_within_a_second_of_its_parent_being_killed():
-    """PR_SET_PDEATHSIG: the kernel kills the host with its controller, without waiting for the parent watch."""
-    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER], cwd=ROOT, env=HOST_ENV,
-                                  stdout=subprocess.PIPE)
-    host_pid = None
-    try:
-        pid_text, _ = read_line(controller, START_TIMEOUT_S).split()
-        host_pid = int(pid_text)
-        assert not gone(host_pid)
-
-        controller.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        while not gone(host_pid) and time.monotonic() - killed < 5.0:
-            time.sleep(0.01)
-        took_s = time.monotonic() - killed
-        assert gone(host_pid) and took_s < 1.0, f"host {host_pid} took {took_s:.2f} s to go"
-    finally:
-        stop(controller)
-        if host_pid is not None and not gone(host_pid):
-            os.kill(host_pid, signal.SIGKILL)
-
-
 # A stand-in controller that starts its host from a thread that then ends, and stays alive itself.
 CONTROLLER_THREAD = f"""
 import os, subprocess, sys, threading, time
@@ -264,8 +242,9 @@ time.sleep(120)
 
 
 def test_the_kernel_kills_the_host_when_the_thread_that_started_it_ends():
-    """PR_SET_PDEATHSIG is armed: it follows the forking thread (why LocalPlatform starts hosts from one
-    long-lived thread), and it needs no parent watch, since the controller process here is still alive."""
+    """PR_SET_PDEATHSIG is armed: the kernel kills the host without the parent watch, which has no reason to act
+    here since the controller process is still alive. The signal follows the forking thread (why LocalPlatform
+    starts hosts from one long-lived thread)."""
     controller = subprocess.Popen([sys.executable, "-c", CONTROLLER_THREAD], cwd=ROOT, env=HOST_ENV,
                                   stdout=subprocess.PIPE)
     host_pid = None
@@ -275,7 +254,6 @@ def test_the_kernel_kills_the_host_when_the_thread_that_started_it_ends():
         while not gone(host_pid) and time.monotonic() - seen < 5.0:
             time.sleep(0.01)
         assert gone(host_pid), f"host {host_pid} outlived the thread that started it"
-        assert time.monotonic() - seen < 1.0
         assert controller.poll() is None  # the parent is alive: the parent watch had no reason to act
     finally:
         stop(controller)
@@ -329,12 +307,11 @@ def test_a_content_length_that_is_not_a_size_is_a_bad_request(host, length):
 
 
 def test_a_request_without_the_token_is_refused_before_its_body_is_read(host):
-    # a body announced but never sent: a host that read it first would wait for it until the socket timed out
-    started = time.monotonic()
+    # a body announced but never sent: a host that read it first would wait for it, and raw_request's socket
+    # would time out before any answer came
     answer = raw_request(host, b"POST /invoke HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
 
     assert answer.startswith(b"HTTP/1.1 403 "), answer
-    assert time.monotonic() - started < HTTP_TIMEOUT_S / 2
 
 
 def test_a_token_with_characters_beyond_ascii_is_forbidden_not_an_error(host):

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import pollux_data
+from tests.support import pollux_data, require
 from coach.ui.cli import main
 
 DATA = pollux_data()
@@ -23,7 +22,7 @@ PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 def traces(tmp_path_factory) -> Path:
     """One writable copy of the published traces, shared by the workload cases (apps are fitted once)."""
     folder = tmp_path_factory.mktemp("data") / "traces"
-    shutil.copytree(DATA / "traces", folder, ignore=shutil.ignore_patterns("philly.csv"))
+    shutil.copytree(require(DATA / "traces"), folder, ignore=shutil.ignore_patterns("philly.csv"))
     for path in folder.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return folder
@@ -90,10 +89,9 @@ def test_a_fifo_and_a_sparse_2gb_file_are_refused_without_reading_them(tmp_path,
 
 def test_a_job_larger_than_the_cluster_ends_unschedulable_and_a_far_arrival_is_jumped_to(tmp_path, capsys, traces):
     path = write(tmp_path, POLLUX + "big,0,cifar10,9,1152\nlate,1e10,ncf,1,256\n")
-    started = time.perf_counter()
+    # one-second rounds up to 1e10 s would never end (the suite's timeout would say so): the idle time is jumped
     code, out, err = simulate(capsys, path, traces, tmp_path / "r", "--cluster", "2x4", "--interval", "1")
     assert code == 0, err
-    assert time.perf_counter() - started < 5
     jobs = json.loads((Path(out.strip()) / "summary.json").read_text())["jobs"]
     assert jobs["big"]["stop_reason"] == "unschedulable: needs 9 GPUs, the cluster has 8"
     assert jobs["late"]["stop_reason"] == "completed"
