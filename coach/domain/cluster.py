@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -33,13 +33,13 @@ class ClusterSpec:
         return self.node(node_name).price_per_slot_s
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "ClusterSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterSpec:
         """The inverse of to_dict, for a run's manifest."""
         nodes = tuple(NodeSpec(n["name"], int(n["slots"]), float(n["price_per_slot_s"])) for n in data["nodes"])
         return cls(name=data["name"], nodes=nodes, source=data.get("source", "(manifest)"),
                    scheduler=data.get("scheduler"))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "source": self.source,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, overload
 
 from coach.domain.identity import ROLES as _ROLES
 
@@ -29,7 +29,7 @@ _REQUEST_KEYS = ("schema", "job", "epoch", "step", "attempt", "role", "ps", "mod
 _NOISE_FIELDS = ("grad_var", "grad_sqr", "noise_steps")  # WorkerReply's optional noise-scale measurement
 
 
-def _flat(value) -> dict:
+def _flat(value: Any) -> dict[str, Any]:
     """A flat dataclass as a dict: `asdict` deep-copies every field, which simulations pay per reply."""
     return {f.name: getattr(value, f.name) for f in fields(value)}
 
@@ -53,7 +53,7 @@ def _kind_name(kinds: tuple[type, ...]) -> str:
                         bool: "a boolean"}.get(k, k.__name__) for k in kinds)
 
 
-def _get(data: Mapping, key: str, where: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
+def _get(data: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...], optional: bool = False) -> Any:
     """The value of `key`, of one of the JSON types `kind`; bool is never a number and floats must be finite."""
     name = f"{where}{key}"
     if key not in data or data[key] is None:
@@ -71,31 +71,47 @@ def _get(data: Mapping, key: str, where: str, kind: type | tuple[type, ...], opt
     return value
 
 
-def _int(data: Mapping, key: str, where: str, minimum: int | None = None, optional: bool = False) -> int | None:
-    value = _get(data, key, where, int, optional)
+@overload
+def _int(data: Mapping[str, Any], key: str, where: str, minimum: int | None = None,
+         optional: Literal[False] = False) -> int: ...
+@overload
+def _int(data: Mapping[str, Any], key: str, where: str, minimum: int | None = None,
+         optional: bool = False) -> int | None: ...
+def _int(data: Mapping[str, Any], key: str, where: str, minimum: int | None = None,
+         optional: bool = False) -> int | None:
+    value: int | None = _get(data, key, where, int, optional)
     if value is not None and minimum is not None and value < minimum:
         raise ContractError(f"{where}{key}", f"must be >= {minimum}, got {value}")
     return value
 
 
-def _number(data: Mapping, key: str, where: str, optional: bool = False) -> float | None:
+@overload
+def _number(data: Mapping[str, Any], key: str, where: str, optional: Literal[False] = False) -> float: ...
+@overload
+def _number(data: Mapping[str, Any], key: str, where: str, optional: bool = False) -> float | None: ...
+def _number(data: Mapping[str, Any], key: str, where: str, optional: bool = False) -> float | None:
     value = _get(data, key, where, (int, float), optional)
     return None if value is None else float(value)
 
 
-def _text(data: Mapping, key: str, where: str, optional: bool = False) -> str | None:
+@overload
+def _text(data: Mapping[str, Any], key: str, where: str, optional: Literal[False] = False) -> str: ...
+@overload
+def _text(data: Mapping[str, Any], key: str, where: str, optional: bool = False) -> str | None: ...
+def _text(data: Mapping[str, Any], key: str, where: str, optional: bool = False) -> str | None:
     """A non-empty string: an empty path or address is a controller bug, not a value."""
-    value = _get(data, key, where, str, optional)
+    value: str | None = _get(data, key, where, str, optional)
     if value == "":
         raise ContractError(f"{where}{key}", "must not be empty")
     return value
 
 
-def _mapping(data: Mapping, key: str, where: str = "") -> Mapping:
-    return _get(data, key, where, dict)
+def _mapping(data: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+    value: Mapping[str, Any] = _get(data, key, where, dict)
+    return value
 
 
-def _only(data: Mapping, allowed: tuple[str, ...], where: str = "") -> None:
+def _only(data: Mapping[str, Any], allowed: tuple[str, ...], where: str = "") -> None:
     """Refuse fields the contract does not know (requests only)."""
     for key in data:
         if key not in allowed:
@@ -112,7 +128,7 @@ def _check_schema(data: Any) -> None:
         raise ContractError("schema", f"version {schema!r} is not supported (this side speaks {SCHEMA})")
 
 
-def _names(cls) -> tuple[str, ...]:
+def _names(cls: type[Any]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
@@ -129,11 +145,11 @@ class PsAddress:
     num_workers: int  # workers taking part in this epoch
     node_host: str  # the address this function's own node is reached at
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return _flat(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping, where: str = "ps.") -> "PsAddress":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "ps.") -> PsAddress:
         _only(data, _names(cls), where)
         root_uri = _text(data, "root_uri", where)
         port = _int(data, "root_port", where)
@@ -152,11 +168,11 @@ class NextEpoch:
     id: str  # unique to this announcement
     ps: PsAddress
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "ps": self.ps.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping, where: str = "next.") -> "NextEpoch":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "next.") -> NextEpoch:
         _only(data, ("id", "ps"), where)
         return cls(_text(data, "id", where), PsAddress.from_dict(_mapping(data, "ps", where), f"{where}ps."))
 
@@ -172,14 +188,14 @@ class Hyper:
     seed: int = 0  # seeds initialisation, sharding and shuffling
     measure_noise: bool = False  # workers measure the gradient noise scale (adaptive batch size)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {**asdict(self), "optimizer_params": dict(self.optimizer_params)}
         if not self.measure_noise:  # written only when asked for: a request without it keeps its earlier shape
             del out["measure_noise"]
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping, where: str = "hyper.") -> "Hyper":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "hyper.") -> Hyper:
         _only(data, _names(cls), where)
         batch = _int(data, "batch_size", where, minimum=1)
         optimizer = _text(data, "optimizer", where)
@@ -217,7 +233,7 @@ class EpochRequest:
     rendezvous_id: str | None = None
     next: NextEpoch | None = None  # where the next epoch at these functions and counts will meet
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = {
             "schema": SCHEMA, "job": self.job, "epoch": self.epoch, "step": self.step, "attempt": self.attempt,
             "role": self.role, "ps": self.ps.to_dict(), "model": {"path": self.model_path},
@@ -233,7 +249,7 @@ class EpochRequest:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "EpochRequest":
+    def from_dict(cls, data: Mapping[str, Any]) -> EpochRequest:
         _check_schema(data)
         _only(data, _REQUEST_KEYS)
         job = _text(data, "job", "")
@@ -284,12 +300,12 @@ class WarmRequest:
     model_path: str
     batch_size: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         body = {"schema": SCHEMA, "action": "warm", "model": {"path": self.model_path}}
         return body if self.batch_size is None else {**body, "batch_size": self.batch_size}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "WarmRequest":
+    def from_dict(cls, data: Mapping[str, Any]) -> WarmRequest:
         _check_action(data, "warm", ("model", "batch_size"))
         model = _mapping(data, "model")
         _only(model, ("path",), "model.")
@@ -303,12 +319,12 @@ class WarmReply:
 
     train_samples: int | None = None  # samples of a full epoch (None: a server, or a host of an earlier version)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         body = {"schema": SCHEMA, "warm": True}
         return body if self.train_samples is None else {**body, "train_samples": self.train_samples}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "WarmReply":
+    def from_dict(cls, data: Mapping[str, Any]) -> WarmReply:
         _check_schema(data)
         return cls(_int(data, "train_samples", "", minimum=1, optional=True))
 
@@ -322,16 +338,16 @@ class AheadRequest:
     role: str  # the function's own role
     next: NextEpoch
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "action": "ahead", "role": self.role, "next": self.next.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "AheadRequest":
+    def from_dict(cls, data: Mapping[str, Any]) -> AheadRequest:
         _check_action(data, "ahead", ("role", "next"))
         return cls(_role(data), NextEpoch.from_dict(_mapping(data, "next")))
 
 
-def _check_action(data: Mapping, action: str, fields: tuple[str, ...]) -> None:
+def _check_action(data: Mapping[str, Any], action: str, fields: tuple[str, ...]) -> None:
     """A body of one of the functions' actions: a schema this side speaks, only its fields, and that action."""
     _check_schema(data)
     _only(data, ("schema", "action", *fields))
@@ -339,8 +355,8 @@ def _check_action(data: Mapping, action: str, fields: tuple[str, ...]) -> None:
         raise ContractError("action", f"expected {action!r}, got {data.get('action')!r}")
 
 
-def _role(data: Mapping) -> str:
-    role = _get(data, "role", "", str)
+def _role(data: Mapping[str, Any]) -> str:
+    role: str = _get(data, "role", "", str)
     if role not in ROLES:
         raise ContractError("role", f"unknown role {role[:40]!r}, expected one of {', '.join(ROLES)}")
     return role
@@ -384,7 +400,7 @@ class WorkerReply:
     grad_sqr: float | None = None
     noise_steps: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         mean_loss = self.loss_sum / self.samples if self.samples and self.loss_sum is not None else None
         fields_ = {key: value for key, value in _flat(self).items()
                    if value is not None or key not in _NOISE_FIELDS}  # noise fields only when measured
@@ -392,7 +408,7 @@ class WorkerReply:
                 "accuracy": self.correct / self.samples if self.samples else None}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "WorkerReply":
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkerReply:
         _check_schema(data)
         num_workers = _int(data, "num_workers", "", minimum=1)
         rank = _int(data, "rank", "", minimum=0)
@@ -437,11 +453,11 @@ class PsNodeReply:
 
     compute_s: float  # time from starting the ps-lite role (a spare's: joining ahead) until the last worker left
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "compute_s": self.compute_s}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "PsNodeReply":
+    def from_dict(cls, data: Mapping[str, Any]) -> PsNodeReply:
         _check_schema(data)
         compute_s = _number(data, "compute_s", "")
         if compute_s < 0:

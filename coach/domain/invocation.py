@@ -7,7 +7,7 @@ job, or retry it with a bound); a platform only reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from coach.domain.identity import FunctionId
 
@@ -35,7 +35,7 @@ class FunctionRef:
 @dataclass(frozen=True)
 class Reply:
     function: str  # FunctionRef.name
-    body: Mapping  # the handler's JSON reply
+    body: Mapping[str, Any]  # the handler's JSON reply
     duration_s: float  # request sent -> reply received, as the controller measured it
 
 
@@ -45,7 +45,7 @@ class Failure:
     kind: str  # DEPLOY, UNREACHABLE, TIMEOUT, ERROR or REJECTED (the request itself is wrong)
     message: str  # one line for the log and the live view
     duration_s: float = 0.0  # time spent before the failure was known
-    body: Mapping = field(default_factory=dict)  # the reply, when the function answered with an error
+    body: Mapping[str, Any] = field(default_factory=dict)  # the reply, when the function answered with an error
 
     @property
     def retryable(self) -> bool:

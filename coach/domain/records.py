@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, Mapping
 
 
 def iso(timestamp_s: float) -> str:
-    return datetime.fromtimestamp(timestamp_s, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(timestamp_s, tz=UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class JobOutcome:
     workers: int = 0  # counts of the last epoch
     servers: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         jct = None if self.finished_s is None else round(self.finished_s - self.submitted_s, 3)
         return {
             "submitted": iso(self.submitted_s),
@@ -82,7 +82,8 @@ class JobOutcome:
         }
 
 
-def summary_dict(run_id: str, started_s: float, outcomes: Mapping[str, JobOutcome], extra: Mapping) -> dict:
+def summary_dict(run_id: str, started_s: float, outcomes: Mapping[str, JobOutcome],
+                 extra: Mapping[str, Any]) -> dict[str, Any]:
     """summary.json: per-job times, JCT, epochs, final loss, stop reason and cost, plus the run's makespan."""
     finished = [o.finished_s for o in outcomes.values() if o.finished_s is not None]
     all_done = len(finished) == len(outcomes)

@@ -46,7 +46,7 @@ class Work:
 
     job: str
     run: Callable[[], object]
-    to_event: Callable[[object, float], ev.Event]
+    to_event: Callable[[object, float], ev.Event | None]  # None: nothing to report
     duration_s: Callable[[object], float]  # how long it took (the virtual driver's clock advances by it)
     cut: Callable[[object, float], object] | None = None  # its result had a stop closed the platform after s
 

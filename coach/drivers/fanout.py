@@ -12,11 +12,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence, TypeVar
 
+from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.invocation import Failure, FunctionRef, Reply
 from coach.ports import Platform
 
 T = TypeVar("T")
 R = TypeVar("R")
+Payload = EpochRequest | WarmRequest | AheadRequest  # what Platform.invoke sends
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class ThreadFanOut:
         with ThreadPoolExecutor(max(len(items), 1)) as pool:
             return list(pool.map(fn, items))
 
-    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], Payload],
                  timeout_s: float) -> Together:
         started = time.monotonic()
         replies: dict[str, Reply] = {}
@@ -50,7 +52,7 @@ class ThreadFanOut:
                         platform.cancel(ref)
         return Together(replies, failure, time.monotonic() - started)
 
-    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], Payload],
                timeout_s: float) -> Callable[[], None]:
         """Start calls that go on beside a step's own and never fail it (announcements to functions the step does not
         use); returns what waits for them. Their results are dropped: a function that did not get its call works as
@@ -69,14 +71,14 @@ class SequentialFanOut:
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return [fn(item) for item in items]
 
-    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+    def beside(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], Payload],
                timeout_s: float) -> Callable[[], None]:
         """The calls in turn, now (they answer at once); their results are dropped, as ThreadFanOut's are."""
         for ref in refs:
             platform.invoke(ref, payload_for(ref), timeout_s)
         return lambda: None
 
-    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], object],
+    def together(self, platform: Platform, refs: Sequence[FunctionRef], payload_for: Callable[[FunctionRef], Payload],
                  timeout_s: float) -> Together:
         replies: dict[str, Reply] = {}
         failure: Failure | None = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 #: How far adaptive may grow the global batch: at most this many times per_worker x workers ...
 MAX_GROWTH = 8
@@ -143,7 +143,7 @@ class BatchChoice:
     batch_scaling: str
     grad_noise_scale: float | None = None  # the smoothed B the choice used (adaptive only)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """The fields of an epoch line (grad_noise_scale only when known; JSON has no infinity)."""
         out = {"batch_size": self.batch_size, "global_batch": self.global_batch,
                "learning_rate": self.learning_rate, "batch_scaling": self.batch_scaling}

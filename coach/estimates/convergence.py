@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import least_squares
 
 MIN_EPOCHS_TO_FIT = 3
@@ -29,6 +30,8 @@ _B_MIN = 1e-9
 _C_STARTS = (0.0, 0.5, 0.9, 0.99)
 # Whole-epoch rounding ignores this much floating-point excess (3.0000000001 epochs is 3).
 _ROUNDING = 1e-9
+
+_Array = npt.NDArray[np.float64]  # one value per epoch fitted, or the curve's (a, b, c)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class ConvergenceFit:
         epoch = (1.0 / (target_loss - self.c) - self.b) / self.a
         return max(0.0, epoch - done_epochs)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
         return {"a": self.a, "b": self.b, "c": self.c, "epochs": self.epochs, "rms_error": self.rms_error}
 
@@ -87,11 +90,12 @@ def fit_convergence(losses: Sequence[float]) -> ConvergenceFit | None:
     scale = float(y.max())
     y_unit = y / scale
 
-    def residual(x):
+    def residual(x: _Array) -> _Array:
         a, b, c = x
-        return 1.0 / (a * k + b) + c - y_unit
+        misfit: _Array = 1.0 / (a * k + b) + c - y_unit
+        return misfit
 
-    def jacobian(x):
+    def jacobian(x: _Array) -> _Array:
         a, b, _ = x
         inverse_square = 1.0 / (a * k + b) ** 2
         return np.column_stack([-k * inverse_square, -inverse_square, np.ones_like(k)])
@@ -113,7 +117,7 @@ def fit_convergence(losses: Sequence[float]) -> ConvergenceFit | None:
     return ConvergenceFit(a=a, b=b, c=c, epochs=len(kept), rms_error=rms_error)
 
 
-def _start(k, y, c0: float) -> np.ndarray:
+def _start(k: _Array, y: _Array, c0: float) -> _Array:
     """A starting point with c = c0: 1 / (loss - c0) is linear in k, so a straight line gives a and b."""
     z = 1.0 / (y - c0)
     a, b = np.polyfit(k, z, 1)

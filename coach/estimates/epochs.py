@@ -32,10 +32,13 @@ def aggregate(worker_replies: Sequence[WorkerReply], num_workers: int) -> EpochM
     samples = sum(r.samples for r in worker_replies)
     if samples <= 0:
         raise BadReplies("no samples trained")
+    losses = [r.loss_sum for r in worker_replies]
+    if None in losses:  # a diverged worker's: the caller judges divergence first
+        raise BadReplies("a worker reported no loss")
     rank0 = next(r for r in worker_replies if r.rank == 0)
     slowest = max(worker_replies, key=lambda r: r.compute_s)
     return EpochMetrics(
-        loss=sum(r.loss_sum for r in worker_replies) / samples,
+        loss=sum(loss for loss in losses if loss is not None) / samples,
         train_accuracy=sum(r.correct for r in worker_replies) / samples,
         samples=samples,
         val_loss=rank0.val_loss,

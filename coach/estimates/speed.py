@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import lsq_linear
 
 # Predicted speed never drops below this, so that epoch times stay finite and positive far from the data.
@@ -47,6 +48,9 @@ VERTEX_STEP = 1.0
 _COEFFICIENTS = ("b1", "b2", "b3", "b4", "b5")
 _NO_DIFFERENCE = 1e-9  # a 2-level difference within this fraction of the fastest speed counts as none
 _AT_BOUND = 1e-6  # a vertex this close (in counts) to its search bound is reported as at the bound
+
+_Array = npt.NDArray[np.float64]  # one value per observation
+_Counts = TypeVar("_Counts", float, _Array)  # one count, or one per observation
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class SpeedFit:
         """Predicted seconds per full epoch."""
         return 1.0 / self.epochs_per_s(workers, servers)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (plain floats, ints, lists of strings)."""
         return {
             "form": "quadratic", "b1": self.b1, "b2": self.b2, "b3": self.b3, "b4": self.b4, "b5": self.b5,
@@ -159,12 +163,12 @@ def fit_speed(observations: Sequence[SpeedObservation]) -> SpeedFit:
                     fixed=tuple(fixed), notes=notes)
 
 
-def _surface(params, workers, servers):
+def _surface(params: Sequence[float] | _Array, workers: _Counts, servers: _Counts) -> _Counts:
     b1, b2, b3, b4, b5 = params
     return -b1 * (workers - b2) ** 2 - b3 * (servers - b4) ** 2 + b5
 
 
-def _additive_differences(w, s, y, sqrt_weight) -> tuple[float, float]:
+def _additive_differences(w: _Array, s: _Array, y: _Array, sqrt_weight: _Array) -> tuple[float, float]:
     """Speed at the highest minus the lowest level of each axis, in the additive main-effects model.
 
     Each level of each axis gets its own effect (the lowest level is the reference), fitted by weighted least
@@ -181,7 +185,7 @@ def _additive_differences(w, s, y, sqrt_weight) -> tuple[float, float]:
     return d_workers, d_servers
 
 
-def _plan_axis(name: str, curvature: int, counts, difference: float) -> _Axis:
+def _plan_axis(name: str, curvature: int, counts: _Array, difference: float) -> _Axis:
     levels = tuple(float(level) for level in np.unique(counts))
     lo, hi = levels[0], levels[-1]
     bounds = (lo - VERTEX_BELOW, hi + VERTEX_ABOVE)
@@ -203,7 +207,7 @@ def _plan_axis(name: str, curvature: int, counts, difference: float) -> _Axis:
     return _Axis(name, curvature, levels, curvature_free=True, vertex=None, vertex_bounds=bounds, note=None)
 
 
-def _notes(axis: _Axis, params) -> list[str]:
+def _notes(axis: _Axis, params: _Array) -> list[str]:
     notes = [axis.note] if axis.note else []
     if axis.vertex is not None:
         return notes
@@ -224,7 +228,7 @@ def _count(value: float) -> str:
     return f"{value:g}"
 
 
-def _fit(axes: tuple[_Axis, _Axis], w, s, y, sqrt_weight) -> np.ndarray:
+def _fit(axes: tuple[_Axis, _Axis], w: _Array, s: _Array, y: _Array, sqrt_weight: _Array) -> _Array:
     """All five coefficients, in units of y: one bounded linear least-squares problem, solved exactly.
 
     An axis with a fixed vertex v contributes one column -(x - v)**2 with a coefficient >= 0. An axis with a

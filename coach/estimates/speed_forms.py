@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
@@ -52,13 +52,14 @@ _DEPENDENT = 1e-9
 class SpeedModel(Protocol):
     """What the policy needs of a fitted speed model."""
 
-    observations: int
+    @property
+    def observations(self) -> int: ...  # observations behind the fit
 
-    def epochs_per_s(self, workers: float, servers: float) -> float: ...
+    def epochs_per_s(self, workers: int, servers: int) -> float: ...
 
-    def epoch_time_s(self, workers: float, servers: float) -> float: ...
+    def epoch_time_s(self, workers: int, servers: int) -> float: ...
 
-    def to_dict(self) -> dict: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class TimeFit:
         time_s = sum(c * TERMS[t](workers, servers) for t, c in zip(self.terms, self.coefficients) if c)
         return _speed_of(time_s)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"form": self.form, "epoch_time_terms_s": dict(zip(self.terms, self.coefficients)),
                 "observations": self.observations, "rms_error": self.rms_error, "fixed": list(self.fixed),
                 "notes": list(self.notes)}
@@ -108,7 +109,8 @@ def fit_time_terms(form: str, terms: Sequence[str], observations: Sequence[Speed
     time_s = np.array([1.0 / o.epochs_per_s for o in obs])
     sqrt_weight = np.sqrt(np.array([float(o.weight) for o in obs]))
     row_scale = sqrt_weight / time_s
-    kept, fixed = [], []
+    kept: list[str] = []
+    fixed: list[str] = []
     for term in terms:
         column = np.array([TERMS[term](o.workers, o.servers) for o in obs])
         if kept:
@@ -116,7 +118,7 @@ def fit_time_terms(form: str, terms: Sequence[str], observations: Sequence[Speed
             residual = column - basis @ np.linalg.lstsq(basis, column, rcond=None)[0]
         else:
             residual = column
-        if np.linalg.norm(residual) <= _DEPENDENT * max(np.linalg.norm(column), 1.0):
+        if np.linalg.norm(residual) <= _DEPENDENT * max(float(np.linalg.norm(column)), 1.0):
             fixed.append(term)
         else:
             kept.append(term)
@@ -172,7 +174,7 @@ class LevelsFit:
                     + float(np.interp(servers, self.server_levels, self.server_effects)))
         return _speed_of(math.exp(log_time))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"form": "levels", "log_time_s": self.log_time_s,
                 "worker_effects": dict(zip((f"{x:g}" for x in self.worker_levels), self.worker_effects)),
                 "server_effects": dict(zip((f"{x:g}" for x in self.server_levels), self.server_effects)),

@@ -52,7 +52,7 @@ GROUP_STATUS_EVERY_S = 1.0
 IDLE_TICK_S = 1.0
 #: Where bindings are sent from: threads of the scheduler's process, or threads of a child process (see
 #: bind_process: the HTTP of 1,000 bindings a second is most of a core).
-BINDERS = {"threads": Binder, "process": ProcessBinder}
+BINDERS: dict[str, type[Binder] | type[ProcessBinder]] = {"threads": Binder, "process": ProcessBinder}
 #: Bindings and conflicts remembered for inspection (tests, the benchmark); older ones are forgotten.
 RECORDED = 100_000
 #: The pods the scheduler watches: every pod that has not terminated (kube-scheduler's own selector); a pod that
@@ -141,7 +141,7 @@ class KubeScheduler:
     def metrics_port(self) -> int:
         return self._server.port
 
-    def start(self) -> "KubeScheduler":
+    def start(self) -> KubeScheduler:
         self._server.start()
         self._binder.start()
         self._poster.start()
@@ -349,9 +349,10 @@ class KubeScheduler:
                 log.info("pod %s pending: %s", key, reason)  # told once per reason, as the Event
                 self._poster.pending(PodRef(pod.namespace, pod.name, pod.uid), reason)
             for key, message in mirror.warnings:
-                pod = mirror.pods.get(key)
-                if pod is not None:
-                    self._poster.warning(PodRef(pod.namespace, pod.name, pod.uid), "PodGroupMismatch", message)
+                warned = mirror.pods.get(key)
+                if warned is not None:
+                    self._poster.warning(PodRef(warned.namespace, warned.name, warned.uid), "PodGroupMismatch",
+                                         message)
             if now_s >= self._group_status_at_s + GROUP_STATUS_EVERY_S:
                 self._group_status_at_s = now_s
                 self._write_group_status()

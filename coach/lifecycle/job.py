@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from coach.domain.cluster import ClusterSpec
 from coach.domain.contracts import Hyper, WorkerReply
@@ -46,7 +46,8 @@ from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
 from coach.lifecycle import events as ev
-from coach.estimates.batch_size import SCALINGS, BatchChoice, BatchInputs, WorkerNoise, choose_batch, combine, smooth
+from coach.estimates.batch_size import (SCALINGS, BatchChoice, BatchInputs, NoiseStats, WorkerNoise, choose_batch,
+                                        combine, smooth)
 from coach.estimates.cost import MIN_EPOCH_S, epoch_cost, predicted_cost
 from coach.estimates.epochs import BadReplies, EpochMetrics, aggregate
 from coach.policy.history import INTERRUPTED, RECOVERED, History, observation
@@ -77,7 +78,7 @@ def ended_phase(reason: str) -> str:
     return "done" if reason in NORMAL_ENDINGS else reason if reason in (INTERRUPTED, USER_STOP) else "failed"
 
 
-def _finite_or_none(value):
+def _finite_or_none(value: Any) -> Any:
     """`value` with every NaN or infinity replaced by None: a decision's details are recorded as standard JSON."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -88,27 +89,27 @@ def _finite_or_none(value):
     return value
 
 
-def _planned_samples(replies) -> int | None:
+def _planned_samples(replies: Sequence[WorkerReply]) -> int | None:
     """The samples of the workers' shards together: what the step was to train; None from a reply of a version that
     does not say its shard (one that never stopped early)."""
     planned = [r.shard_samples for r in replies]
-    return None if None in planned or not planned else sum(planned)
+    return None if None in planned or not planned else sum(p for p in planned if p is not None)
 
 
-def _epoch_share(replies) -> float:
+def _epoch_share(replies: Sequence[WorkerReply]) -> float:
     """The share of their shards the workers trained before their deadline stopped them (all stop at one step)."""
     planned = _planned_samples(replies)
     return 1.0 if planned is None else min(1.0, sum(r.samples for r in replies) / planned)
 
 
-def _data_size(replies, data_fraction: float) -> int | None:
+def _data_size(replies: Sequence[WorkerReply], data_fraction: float) -> int | None:
     """The samples of a full epoch, as a step planned on `data_fraction` of them tells, however much of its shards
     it trained."""
     planned = _planned_samples(replies)
     return None if planned is None else round(planned / data_fraction)
 
 
-def _finite(value: float | None) -> bool:
+def _finite(value: float | None) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
@@ -148,13 +149,13 @@ def _judge_replies(job: str, replies: list[WorkerReply], workers: int, event: ev
 
 def retry_backoff_s(attempt: int) -> float:
     """Wait before attempt `attempt + 1`: 0.5 s, 1 s, 2 s, ... at most 8 s."""
-    return min(RETRY_BACKOFF_S * 2 ** (attempt - 1), MAX_RETRY_BACKOFF_S)
+    return min(RETRY_BACKOFF_S * 2.0 ** (attempt - 1), MAX_RETRY_BACKOFF_S)
 
 
 def requeue_backoff_s(requeues: int, first_s: float = REQUEUE_BACKOFF_S) -> float:
     """Wait before submitting again after the `requeues`-th requeue: 1 s, 2 s, 4 s, ... at most 30 s (by default;
     `first_s` is the first wait)."""
-    return min(first_s * 2 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
+    return min(first_s * 2.0 ** (requeues - 1), MAX_REQUEUE_BACKOFF_S)
 
 
 class Awaiting(str, Enum):
@@ -178,7 +179,7 @@ class Step:
     workers: int  # wanted counts (the epoch runs with at most what is deployed)
     servers: int
     data_fraction: float
-    extra: Mapping = field(default_factory=dict)  # fields added to its record
+    extra: Mapping[str, Any] = field(default_factory=dict)  # fields added to its record
 
 
 class JobLifecycle:
@@ -216,13 +217,13 @@ class JobLifecycle:
         self._unrecorded_slot_s = 0.0  # the slot-seconds behind that cost
         self._why_pending = ""
         self._partial: dict[str, str] = {}  # what the last Bindings had bound of the wanted functions
-        self._decision: Mapping = {}  # the last decision's details, recorded on its lines
+        self._decision: Mapping[str, Any] = {}  # the last decision's details, recorded on its lines
         self.phase, self.message = "waiting", ""
         self.workers, self.servers = spec.workers or 0, spec.servers or 0  # counts of the current functions
         # batch scaling (coach.estimates.batch_size): the running step's choice and what later choices learn from; a
         # resumed job measures again from scratch
         self._batch: BatchChoice | None = None
-        self._noise = None  # smoothed NoiseStats the workers measured
+        self._noise: NoiseStats | None = None  # smoothed NoiseStats the workers measured
         self._step_times: tuple[tuple[int, int, float], ...] = ()  # (workers, per-worker batch, step seconds)
         self._train_samples: int | None = None  # samples of a full epoch, once one ran
         self._data_samples: int | None = None  # the same, as any step told (a mini-epoch's shards / its share)
@@ -601,7 +602,8 @@ class JobLifecycle:
             cumulative_cost=self.history.spent, budget=spec.budget, stop_reason=reason, attempt=self.attempt,
             checkpoint=event.checkpoint, extra=extra)
 
-    def _learn_batch(self, replies, workers: int, samples: int, compute_s: float, data_fraction: float) -> dict:
+    def _learn_batch(self, replies: Sequence[WorkerReply], workers: int, samples: int, compute_s: float,
+                     data_fraction: float) -> dict[str, Any]:
         """The batch fields of a finished step's line; keeps the step time and the noise the workers measured.
 
         `grad_noise_scale` is the smoothed noise scale after this step's measurement: the next choice's input."""
@@ -675,7 +677,7 @@ class JobLifecycle:
     def _show(self, phase: str, message: str) -> None:
         self.phase, self.message = phase, message
 
-    def _line(self, now_s: float, phase: str, epoch: int, reason: str | None, extra: Mapping,
+    def _line(self, now_s: float, phase: str, epoch: int, reason: str | None, extra: Mapping[str, Any],
               attempt: int = 1, checkpoint: str | None = None) -> cmd.WriteRecord:
         """A line that is not a finished epoch (a failed attempt, a requeue, the stop); it carries unrecorded cost
         and `charged_s`, the slot-seconds behind that cost."""
@@ -690,7 +692,8 @@ class JobLifecycle:
         self.history = replace(self.history, line_counts=(record.workers, record.servers))
         return cmd.WriteRecord(record)
 
-    def _finish(self, now_s: float, reason: str, written: bool = False, extra: Mapping = {}) -> list[cmd.Command]:
+    def _finish(self, now_s: float, reason: str, written: bool = False,
+                extra: Mapping[str, Any] = {}) -> list[cmd.Command]:
         """The closing line (unless the last epoch's line carries the reason), then give everything back.
 
         An interrupt closes with a `phase: "interrupted"` line whose stop_reason is null: the job may go on in the
@@ -708,7 +711,7 @@ class JobLifecycle:
         return out + [cmd.Finish(reason)]
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[Any], Callable[[JobLifecycle, Any], list[cmd.Command]]] = {
     ev.Start: JobLifecycle._on_start,
     ev.Resume: JobLifecycle._on_resume,
     ev.Decided: JobLifecycle._on_decided,

@@ -36,13 +36,14 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 PRELOAD = ("mxnet", "nuclio_sdk", "coach.platforms.host", "coach_functions.handler")  # what every host imports first
 #: Environment read when those modules are imported: platforms that differ here get their own template.
 IMPORT_VARIABLE_PREFIXES = ("MXNET_", "OMP_", "KMP_", "OPENBLAS_", "MKL_", "LD_", "PYTHON")
 MAX_REQUEST_BYTES = 256 * 1024  # a request is an argv and an environment: a few kilobytes (a socket buffer holds 208 KiB)
 PARENT_POLL_S = 0.5  # how often the template checks that its controller is alive and reaps its children
+_T = TypeVar("_T")  # what a job of the spawner thread returns
 REPLY_TIMEOUT_S = 120.0  # the first request waits for the template's imports, on two cores shared by many hosts
 PR_SET_NAME = 15  # prctl option: the name `top` and `ps -o comm` show (15 bytes)
 HOST_MODULE = "coach.platforms.host"  # what a forked child runs unless its request names another entry module
@@ -69,9 +70,9 @@ class Spawner:
                 except BaseException as error:  # noqa: BLE001 - handed to the caller
                     future.set_exception(error)
 
-    def run(self, start: Callable[[], object]) -> object:
+    def run(self, start: Callable[[], _T]) -> _T:
         """`start()` on the spawner thread: its result, or its exception."""
-        future: Future = Future()
+        future: Future[_T] = Future()
         self._jobs.put((start, future))
         return future.result()
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from coach.domain.identity import slots_for
 from coach.estimates.cost import cost_from_speed
@@ -142,7 +142,7 @@ class Allocation:
         """Slots this allocation occupies (scheduler included); 0 when the job did not start."""
         return slots_for(self.workers, self.servers) if self.workers else 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of the fields."""
         return {**asdict(self), "growth": list(self.growth)}
 
@@ -590,14 +590,14 @@ def _why(step: _Step, demand: JobDemand, min_gain: float) -> tuple[str, str]:
 
 def _allocation(demand: JobDemand, workers: int, servers: int, epochs_per_s: float | None, stopped_by: str,
                 reason: str) -> Allocation:
-    usable = epochs_per_s is not None and _usable(epochs_per_s)
+    usable = epochs_per_s if epochs_per_s is not None and _usable(epochs_per_s) else None  # one a cost derives from
     return Allocation(
         job=demand.job,
         workers=workers,
         servers=servers,
         predicted_epochs_per_s=epochs_per_s if epochs_per_s is not None and math.isfinite(epochs_per_s) else None,
-        predicted_epoch_time_s=1 / epochs_per_s if usable else None,
-        predicted_epoch_cost=_cost(epochs_per_s, workers, servers, demand.price_per_slot_s) if usable else None,
+        predicted_epoch_time_s=1 / usable if usable is not None else None,
+        predicted_epoch_cost=_cost(usable, workers, servers, demand.price_per_slot_s) if usable is not None else None,
         per_epoch_budget=demand.per_epoch_budget,
         stopped_by=stopped_by,
         reason=reason,

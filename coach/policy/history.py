@@ -15,7 +15,7 @@ Two kinds of lines that are not steps matter here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from coach.domain.records import JobOutcome
 from coach.estimates.speed import SpeedObservation
@@ -69,7 +69,7 @@ class History:
     recovered: bool = False  # rebuilt from a checkpoint because the log had no finished step, not from the log
 
 
-def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
+def observations(records: Sequence[Mapping[str, Any]]) -> list[SpeedObservation]:
     """Speed observations from every calibration and training epoch of a log."""
     found = []
     for r in records:
@@ -80,12 +80,12 @@ def observations(records: Sequence[Mapping]) -> list[SpeedObservation]:
     return found
 
 
-def training_metrics(records: Sequence[Mapping]) -> list[float]:
+def training_metrics(records: Sequence[Mapping[str, Any]]) -> list[float]:
     """The stop metric of every training epoch, in order (calibration mini-epochs are not epochs)."""
     return [stop_metric(r["loss"], r.get("val_loss")) for r in records if r.get("phase") == "training"]
 
 
-def ended_by(last: Mapping) -> str | None:
+def ended_by(last: Mapping[str, Any]) -> str | None:
     """Why a job whose log ends with `last` ended; None while it has not.
 
     An interrupted job's closing line has `phase: "interrupted"` and a null stop_reason; earlier versions wrote
@@ -96,12 +96,12 @@ def ended_by(last: Mapping) -> str | None:
     return last.get("stop_reason")
 
 
-def _counts(record: Mapping) -> tuple[int, int] | None:
+def _counts(record: Mapping[str, Any]) -> tuple[int, int] | None:
     workers, servers = record.get("workers"), record.get("servers")
     return (int(workers), int(servers)) if isinstance(workers, int) and isinstance(servers, int) else None
 
 
-def history_from_records(records: Sequence[Mapping]) -> History:
+def history_from_records(records: Sequence[Mapping[str, Any]]) -> History:
     """Everything the lifecycle and the policies need from a job's log lines."""
     steps = [r for r in records if r.get("phase") in SPEED_PHASES]
     last_step = steps[-1] if steps else None

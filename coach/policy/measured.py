@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from coach.estimates.speed import SpeedObservation
 from coach.policy.history import History
@@ -43,7 +43,7 @@ class MeasuredPoint:
     epoch_time_s: float  # median full-epoch time there
     epochs: int  # full epochs run there
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"workers": self.workers, "servers": self.servers, "epoch_time_s": round(self.epoch_time_s, 4),
                 "epochs": self.epochs}
 
@@ -65,7 +65,7 @@ class FittedSpeed(Protocol):
 
     def epochs_per_s(self, workers: int, servers: int) -> float: ...
 
-    def to_dict(self) -> dict: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class MeasuredOrFitted:
         speed = self.epochs_per_s(workers, servers)
         return 1.0 / speed if speed > 0 else float("inf")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The fit's own dict, plus the measured points that override it and the fit's error at them."""
         return {**self.fit.to_dict(), "measured": [p.to_dict() for p in self.points],
                 "fit_error": round(self.fit_error, 4)}

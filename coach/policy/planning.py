@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence
 
 from coach.domain.identity import slots_for
 from coach.domain.jobs import JobSpec
@@ -82,7 +82,7 @@ class Plan:
         cost = self.allocation.predicted_epoch_cost
         return self.allocation.workers > 0 and cost is not None and cost <= self.budget_left
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "speed_fit": self.speed.to_dict(),
             "predicted_remaining_epochs": self.remaining.epochs,
@@ -126,11 +126,15 @@ def plan_jobs(jobs: Sequence[PlanInput], free_slots: int, price_per_slot_s: floa
     demands = []
     for job in jobs:
         speed = _speed(tuple(job.history.observations))
-        current, current_epochs, known, margin = None, 0, frozenset(), 0.0
+        current, current_epochs, margin = None, 0, 0.0
+        known: frozenset[tuple[int, int]] = frozenset()
         if measured:
             speed = measured_or_fitted(speed, job.history, _speed)
             current, known, margin = current_counts(job.history), speed.measured, probe_margin(speed)
-            current_epochs = speed.point(*current).epochs if current else 0
+            if current:
+                point = speed.point(*current)
+                assert point is not None, "the current counts are those of a full epoch, so they are measured"
+                current_epochs = point.epochs
         remaining = _remaining(tuple(job.history.metrics), job.spec.target_loss, job.spec.consecutive,
                                job.spec.max_epochs)
         fits[job.spec.name] = (speed, remaining)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, overload
 
 TARGET, MAX_EPOCHS, BUDGET = "target_loss", "max_epochs", "budget"
 
@@ -19,6 +19,10 @@ class StopInputs:
     predicted_next_cost: float | None  # predicted cost of the next epoch; None when nothing predicts it yet
 
 
+@overload
+def stop_metric(loss: float, val_loss: float | None) -> float: ...
+@overload
+def stop_metric(loss: float | None, val_loss: float | None) -> float | None: ...
 def stop_metric(loss: float | None, val_loss: float | None) -> float | None:
     """Validation loss when the model has validation data, else the training loss."""
     return val_loss if val_loss is not None else loss

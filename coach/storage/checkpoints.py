@@ -65,7 +65,7 @@ class FileCheckpointStore:
 
     def complete(self, prefix: str | None) -> bool:
         """True when both files of a checkpoint exist (rank 0 renames each into place when done)."""
-        return bool(prefix) and all(Path(prefix + s).is_file() for s in SUFFIXES)
+        return bool(prefix and all(Path(prefix + s).is_file() for s in SUFFIXES))
 
     def newest_complete(self, job: str) -> str | None:
         """The prefix of the latest step's complete checkpoint in `<root>/<job>/`, or None when there is none."""
@@ -114,7 +114,7 @@ class MemoryCheckpointStore:
         self.saved.setdefault(self._job(prefix), set()).add(prefix)
 
     def complete(self, prefix: str | None) -> bool:
-        return bool(prefix) and prefix.startswith("mem://") and prefix in self.saved.get(self._job(prefix), ())
+        return bool(prefix and prefix.startswith("mem://") and prefix in self.saved.get(self._job(prefix), ()))
 
     def newest_complete(self, job: str) -> str | None:
         return _newest(self.saved.get(job, ()))

@@ -133,7 +133,7 @@ class S3CheckpointStore:
         try:
             where = parse_s3_url(prefix)
             names = set(self._keys(where.bucket, where.key + "."))
-        except (ValueError, *_errors()):
+        except (ValueError,) + _errors():
             return False
         return all(where.key + suffix in names for suffix in SUFFIXES + (MARKER,))
 

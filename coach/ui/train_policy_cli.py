@@ -19,11 +19,11 @@ def _progress(quiet: bool):
     if quiet:
         return None, None
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[metrics]}"), console=Console(file=sys.stderr))
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def on_progress(phase: str, done: int, total: int, metrics) -> None:
         if phase not in tasks:
