@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Sequence
 
 from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from coach.service import function_logs
+from coach.service.exports import csv_lines, jsonl_lines
 from coach.service.session import MAX_RECORDS, JobExists, NotRunning, RunInputError, ServedRun, UnknownJob
 from coach.service.submission import checked_submission, usable_models
 
@@ -47,10 +50,24 @@ def _invalid(lines: Sequence[str]) -> JSONResponse:
 
 
 def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
-    app = FastAPI(title="Coach", version="1", redirect_slashes=False,
+    app = FastAPI(title="Coach", version="1", redirect_slashes=False, docs_url=None, redoc_url=None,
                   description="Submit deep-learning training jobs, follow them live, stop them. The results "
-                              "folder is the single record; every job's log is its JSON lines.")
+                              "folder is the single record; every job's log is its JSON lines. A server started "
+                              "with a token wants `Authorization: Bearer TOKEN` on every call: the Authorize button.")
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
+
+    def openapi() -> dict:
+        """The schema with the bearer token declared, so that the docs page's Authorize button sends it."""
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "the server's --token"}}
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.exception_handler(StarletteHTTPException)
     async def one_line(request: Request, error: StarletteHTTPException) -> JSONResponse:
@@ -69,6 +86,16 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(PAGE / "index.html", media_type="text/html")
+
+    @app.get("/jobs/{name}", include_in_schema=False)
+    def job_page(name: str) -> FileResponse:
+        """A job's own page (a link to keep): the page's shell, which reads the job from the API."""
+        return FileResponse(PAGE / "index.html", media_type="text/html")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> FileResponse:
+        """The API's docs (Swagger UI, served from this server: they work offline)."""
+        return FileResponse(PAGE / "docs.html", media_type="text/html")
 
     @app.post("/api/jobs", status_code=201, summary="Submit a job (a job file's YAML or JSON as the body)",
               responses={422: {"description": "the job is not valid; one line per problem, naming the field"},
@@ -123,6 +150,76 @@ def create_app(served: ServedRun, model_folders: Sequence[Path]) -> FastAPI:
         except RunInputError as error:
             raise HTTPException(500, f"/api/jobs/{name}: {error}") from None
         return {"status": status, "records": records, "start": start, "total": total}
+
+    @app.get("/api/jobs/{name}/overview", summary="One job's page: spec, times, end reason, money, why it waits",
+             responses={404: {"description": "no such job"}})
+    def overview(name: str) -> dict:
+        try:
+            return served.overview(name)
+        except UnknownJob as error:
+            raise HTTPException(404, f"/api/jobs/{name}/overview: {error}") from None
+
+    def log_of(name: str, endpoint: str) -> Path:
+        job_or_404(name, endpoint)
+        return served.run_dir / f"{name}.jsonl"
+
+    @app.get("/api/jobs/{name}/records.csv", summary="The job's log as CSV (one row per line)",
+             response_class=StreamingResponse, responses={404: {"description": "no such job"}})
+    def records_csv(name: str) -> StreamingResponse:
+        log = log_of(name, f"/api/jobs/{name}/records.csv")
+        return StreamingResponse(csv_lines(log), media_type="text/csv; charset=utf-8",
+                                 headers={"Content-Disposition": f'attachment; filename="{name}.csv"'})
+
+    @app.get("/api/jobs/{name}/records.jsonl", summary="The job's log as it is on disk (JSON lines)",
+             response_class=StreamingResponse, responses={404: {"description": "no such job"}})
+    def records_jsonl(name: str) -> StreamingResponse:
+        log = log_of(name, f"/api/jobs/{name}/records.jsonl")
+        return StreamingResponse(jsonl_lines(log), media_type="application/jsonl",
+                                 headers={"Content-Disposition": f'attachment; filename="{name}.jsonl"'})
+
+    @app.get("/api/jobs/{name}/logs", summary="The tail of the job's function logs; `follow=true`: server-sent "
+                                              "`log` events as lines arrive",
+             responses={404: {"description": "no such job"}})
+    async def logs(request: Request, name: str, lines: int = Query(200, ge=0, le=function_logs.MAX_LINES),
+                   follow: bool = False) -> Response:
+        endpoint = f"/api/jobs/{name}/logs"
+        try:
+            files = served.function_logs(name)
+        except UnknownJob as error:
+            raise HTTPException(404, f"{endpoint}: {error}") from None
+        offsets: dict[str, int] = {}
+        first: dict[str, list[str]] = {}
+        for function, path in files.items():
+            try:
+                first[function], offsets[function] = await asyncio.to_thread(function_logs.tail, path, lines)
+            except OSError:
+                continue
+        if not follow:
+            return JSONResponse({"job": name, "run_id": served.run_id, "functions": first})
+
+        async def stream():
+            for function, tail in first.items():
+                if tail:
+                    yield f"event: log\ndata: {json.dumps({'function': function, 'lines': tail})}\n\n"
+            quiet_s = 0.0
+            while served.running and not await request.is_disconnected():
+                await asyncio.sleep(SSE_POLL_S)
+                quiet_s += SSE_POLL_S
+                for function, path in served.function_logs(name).items():
+                    try:
+                        new, offsets[function] = await asyncio.to_thread(function_logs.since, path,
+                                                                         offsets.get(function, 0))
+                    except OSError:
+                        continue
+                    if new:
+                        quiet_s = 0.0
+                        yield f"event: log\ndata: {json.dumps({'function': function, 'lines': new})}\n\n"
+                if quiet_s >= SSE_HEARTBEAT_S:
+                    quiet_s = 0.0
+                    yield ": still here\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     @app.post("/api/jobs/{name}/stop", status_code=202, summary="Stop a job for good; its log is kept",
               responses={404: {"description": "no such job"}, 409: {"description": "the job has finished"}})

@@ -1,11 +1,13 @@
-"""The command line's side of the API (`coach status`, `coach submit`, `coach stop`), with requests.
+"""The command line's side of the API (`coach status`, `submit`, `stop`, `logs`), with requests.
 
 Every outcome is a value: the decoded answer, or a ClientError whose message is one line naming the endpoint.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Iterator
 
 import requests
 
@@ -51,6 +53,29 @@ class Client:
 
     def submit(self, text: str) -> dict:
         return self._call("POST", "/api/jobs", data=text.encode(), headers={"Content-Type": "application/yaml"})
+
+    def logs(self, job: str, lines: int) -> dict:
+        return self._call("GET", f"/api/jobs/{quote(job, safe='')}/logs", params={"lines": lines})
+
+    def follow_logs(self, job: str, lines: int) -> Iterator[tuple[str, list[str]]]:
+        """(function, lines) as the server sends them, until it closes the stream; ClientError when it cannot."""
+        url = f"{self.server.rstrip('/')}/api/jobs/{quote(job, safe='')}/logs"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            with requests.get(url, params={"lines": lines, "follow": "true"}, headers=headers, stream=True,
+                              timeout=(TIMEOUT_S, None)) as answer:
+                if answer.status_code >= 400:
+                    self._call("GET", f"/api/jobs/{quote(job, safe='')}/logs")  # raises the server's one line
+                data = []
+                for line in answer.iter_lines(decode_unicode=True):
+                    if line.startswith("data: "):
+                        data.append(line[6:])
+                    elif not line and data:
+                        event = json.loads("\n".join(data))
+                        data = []
+                        yield event["function"], event["lines"]
+        except requests.RequestException as error:
+            raise ClientError(f"{url}: cannot reach the server ({type(error).__name__})") from None
 
     def stop(self, job: str) -> dict:
         return self._call("POST", f"/api/jobs/{requests.utils.quote(job, safe='')}/stop")

@@ -6,6 +6,7 @@ and what the logs hold, not a second account of it.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Iterable, Mapping
 
@@ -80,13 +81,14 @@ class ObservedPlacement:
 
 
 class ObservedLog:
-    """A job's log whose training epochs are counted in the metrics once they are written."""
+    """A job's log whose lines reach the board and whose training epochs are counted in the metrics, once written."""
 
-    def __init__(self, inner: RecordSink, metrics: ServiceMetrics):
-        self.inner, self.metrics = inner, metrics
+    def __init__(self, inner: RecordSink, metrics: ServiceMetrics, board: Board):
+        self.inner, self.metrics, self.board = inner, metrics, board
 
     def append(self, record: EpochRecord) -> None:
         self.inner.append(record)
+        self.board.recorded(json.loads(record.to_json()))
         if record.phase == "training":
             self.metrics.epoch(record.job, record.epoch_time_s)
 

@@ -1,12 +1,12 @@
 """Who may talk to `coach serve`, and how much they may send: a pure ASGI middleware in front of the app.
 
 On a loopback address no token is needed; elsewhere the server refuses to start without one, and every request
-but the page's shell (`/`, `/static/...`: no data) must carry `Authorization: Bearer TOKEN`, compared in constant
-time. Without a token, a request must name a loopback host (`Host`), so that a site whose name an attacker points
-at 127.0.0.1 (DNS rebinding) is refused; a request sent by another site's page (an `Origin` that is not this
-server's) is always refused, so a page the user visits cannot submit or stop jobs. Request bodies are read
-here, at most `max_body_bytes` of them: a larger one is answered 413 before the app sees it, so no handler holds
-more than that.
+but the page's and the docs' shells (`/`, `/jobs/NAME`, `/static/...`, `/docs`, `/openapi.json`: no data) must
+carry `Authorization: Bearer TOKEN`, compared in constant time. Without a token, a request must name a loopback
+host (`Host`), so that a site whose name an attacker points at 127.0.0.1 (DNS rebinding) is refused; a request
+sent by another site's page (an `Origin` that is not this server's) is always refused, so a page the user visits
+cannot submit or stop jobs. Request bodies are read here, at most `max_body_bytes` of them: a larger one is
+answered 413 before the app sees it, so no handler holds more than that.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import json
 from coach.domain.addresses import is_loopback
 
 BODY_TIMEOUT_S = 30.0  # a client that has not sent its whole body by then is answered 408
-PUBLIC_PATHS = ("/", "/favicon.ico")
-PUBLIC_PREFIXES = ("/static/",)
+# the page's and the docs' shells, which hold no data (the schema only describes the API); they ask for the token
+PUBLIC_PATHS = ("/", "/favicon.ico", "/docs", "/openapi.json")
+PUBLIC_PREFIXES = ("/static/", "/jobs/")
 
 
 def host_name(host: str) -> str:

@@ -26,11 +26,14 @@ from coach.domain.records import JobOutcome, summary_dict
 from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver
+from coach.inputs.jobs import JOB_FIELDS
 from coach.inputs.runs import RunInputError, checked_line
 from coach.lifecycle.job import USER_STOP, JobLifecycle, ended_phase
-from coach.policy.history import fill_outcome
+from coach.policy.history import INTERRUPTED, fill_outcome
 from coach.ports import Platform
 from coach.service.board import Board
+from coach.service.function_logs import log_files
+from coach.service.notify import Notifier, ended_payload
 from coach.service.metrics import ServiceMetrics
 from coach.service.observed import BoardView, ObservedLog, ObservedPlacement
 from coach.storage.results import ResultLog, new_run_id, write_json_atomic
@@ -70,8 +73,9 @@ class StopAnswer:
 
 class ServedRun:
     def __init__(self, results_root: Path, cluster: ClusterSpec, config: RunConfig,
-                 platform_factory: Callable[[Path, str], Platform] | None = None):
+                 platform_factory: Callable[[Path, str], Platform] | None = None, notifier: Notifier | None = None):
         self.results_root = results_root.resolve()
+        self.notifier = notifier  # told when a job ends (`--notify URL`)
         self._new_cluster, self._new_config = cluster, config
         self.platform_factory = platform_factory
         self._lock = threading.RLock()  # run.json, the outcomes and summary.json
@@ -103,13 +107,16 @@ class ServedRun:
         self.run_id, self.run_dir, self.manifest = loaded.run_id, loaded.run_dir, loaded.manifest
         self.cluster, self.config = loaded.cluster, loaded.config
         self.outcomes, self.started_s = loaded.outcomes, loaded.started_s
-        self.board = Board(self.cluster)
+        self.board = Board(self.cluster, self.run_id, self.config.placement_timeout_s)
         self.metrics = ServiceMetrics(self.board)
-        for spec in loaded.specs:  # finished jobs are shown as their summary left them
-            if all(spec.name != pending.name for pending, _ in loaded.pending):
+        if self.notifier is not None:
+            self.notifier.on_outcome = self.metrics.notified
+        for spec in loaded.specs:
+            self.board.admit(spec.name, spec.max_epochs, spec.target_loss)
+            self._replay_log(spec.name)
+            if all(spec.name != pending.name for pending, _ in loaded.pending):  # as their summary left them
                 self.board.show(_status_of(spec, self.outcomes[spec.name]))
-        self.sinks = {spec.name: ObservedLog(ResultLog(self.run_dir / f"{spec.name}.jsonl"), self.metrics)
-                      for spec, _ in loaded.pending}
+        self.sinks = {spec.name: self._sink(spec.name) for spec, _ in loaded.pending}
         ports = self._stack.enter_context(live_ports(self.run_dir, self.cluster, self.config, self.platform_factory,
                                                      BoardView(self.board), self.sinks))
         ports = replace(ports, placement=ObservedPlacement(ports.placement, self.board, self.metrics))
@@ -120,6 +127,24 @@ class ServedRun:
         self._write_summary()
         self._thread = threading.Thread(target=self._drive, args=(first,), name="coach-serve-driver", daemon=True)
         self._thread.start()
+
+    def _sink(self, job: str) -> ObservedLog:
+        return ObservedLog(ResultLog(self.run_dir / f"{job}.jsonl"), self.metrics, self.board)
+
+    def _replay_log(self, job: str) -> None:
+        """What a restarted server's board knows of a job's log: its lines, as if they had just been written."""
+        log = self.run_dir / f"{job}.jsonl"
+        start = 0
+        while log.exists():
+            try:
+                records, total = window_of_log(log, start, MAX_RECORDS)
+            except (OSError, RunInputError):
+                return  # the job's page says what is wrong with its log when asked
+            for record in records:
+                self.board.recorded(record)
+            start += len(records)
+            if not records or start >= total:
+                return
 
     def _drive(self, first) -> None:
         try:
@@ -141,6 +166,8 @@ class ServedRun:
             self._thread.join(timeout_s)
         self._stack.close()
         self._write_summary()
+        if self.notifier is not None:
+            self.notifier.close()
 
     @property
     def running(self) -> bool:
@@ -194,8 +221,12 @@ class ServedRun:
 
     def _finished(self, lc: JobLifecycle, now_s: float) -> None:
         with self._lock:
-            fill_outcome(self.outcomes[lc.spec.name], lc.history, now_s)
+            outcome = self.outcomes[lc.spec.name]
+            fill_outcome(outcome, lc.history, now_s)
         self._write_summary()
+        if self.notifier is not None and outcome.stop_reason != INTERRUPTED:  # a restart resumes an interrupted job
+            ending = self.board.ending(lc.spec.name, outcome.stop_reason or "")
+            self.notifier.send(ended_payload(self.run_id, lc.spec.name, ending, outcome.to_dict()))
 
     # -- what clients ask for -------------------------------------------------------------------------------
     def refused(self, spec: JobSpec) -> str | None:
@@ -214,7 +245,8 @@ class ServedRun:
             write_json_atomic(self.run_dir / "run.json", {**self.manifest, "jobs": jobs})
             self.manifest["jobs"] = jobs
             self.outcomes[spec.name] = JobOutcome(submitted_s=time.time(), budget=spec.budget)
-            self.sinks[spec.name] = ObservedLog(ResultLog(self.run_dir / f"{spec.name}.jsonl"), self.metrics)
+            self.board.admit(spec.name, spec.max_epochs, spec.target_loss)
+            self.sinks[spec.name] = self._sink(spec.name)
             lc = new_lifecycle(spec, self.run_id, self.cluster, self.config)
             self.board.show(lc.status())
             added = self.driver.call_soon(lambda: self._add(lc))
@@ -253,6 +285,26 @@ class ServedRun:
         log = self.run_dir / f"{name}.jsonl"
         return window_of_log(log, start, min(limit, MAX_RECORDS)) if log.exists() else ([], 0)
 
+    def overview(self, name: str) -> dict:
+        """A job's page: its spec, its times (submitted, started, finished, JCT) and its row. UnknownJob."""
+        with self._lock:
+            if name not in self.outcomes:
+                raise UnknownJob(f"no job {name!r} in run {self.run_id}")
+            spec = next((job for job in self.manifest["jobs"] if job.get("name") == name), {})
+            outcome = self.outcomes[name].to_dict()
+        first, _ = self.records(name, 0, 1)
+        times = {"submitted": outcome["submitted"], "started": first[0]["start"] if first else None,
+                 "finished": outcome["finished"], "jct_s": outcome["jct_s"]}
+        return {"run_id": self.run_id, "job": name, "spec": spec, "job_file": job_file_of(spec), "times": times,
+                "outcome": outcome, "status": self.board.job(name)}
+
+    def function_logs(self, name: str) -> dict[str, Path]:
+        """The job's function logs (function name -> file). UnknownJob."""
+        with self._lock:
+            if name not in self.outcomes:
+                raise UnknownJob(f"no job {name!r} in run {self.run_id}")
+        return log_files(self.run_dir / "logs", name)
+
     def summary(self) -> dict:
         with self._lock:
             return summary_dict(self.run_id, self.started_s, self.outcomes, summary_extra(self.cluster, self.config))
@@ -269,6 +321,12 @@ def window_of_log(log: Path, start: int, limit: int) -> tuple[list[dict], int]:
                 records.append(checked_line(log, number, line))
             total += 1
     return records, total
+
+
+def job_file_of(spec: dict) -> dict:
+    """A job's spec as a job file would say it (what `clone` puts in the submit form): its fields, the model by path."""
+    fields = {**spec, "model": spec.get("model_path", spec.get("model"))}
+    return {key: fields[key] for key in JOB_FIELDS if fields.get(key) is not None}
 
 
 def _status_of(spec: JobSpec, outcome: JobOutcome) -> JobStatus:

@@ -37,6 +37,12 @@ def usable_models(folders: Sequence[Path], limit: int = 200) -> list[str]:
     return sorted(found)
 
 
+def _without_model(data: Mapping) -> dict:
+    """The job without its model: the rest is still checked, so that every problem is told at once, and the refused
+    model file is never read."""
+    return {key: value for key, value in data.items() if key != "model"}
+
+
 def model_vet(folders: Sequence[Path]):
     def vet(data: Mapping) -> tuple[Mapping | None, list[tuple[str, str]]]:
         model = data.get("model")
@@ -46,7 +52,7 @@ def model_vet(folders: Sequence[Path]):
             return _resolved(data, model)
         except (OSError, ValueError) as error:  # a name too long, a NUL byte, a loop of links
             reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-            return None, [("model", f"cannot use {model[:100]!r}: {reason}")]
+            return _without_model(data), [("model", f"cannot use {model[:100]!r}: {reason}")]
 
     def _resolved(data: Mapping, model: str) -> tuple[Mapping | None, list[tuple[str, str]]]:
         given = Path(model)
@@ -56,8 +62,8 @@ def model_vet(folders: Sequence[Path]):
                 return {**data, "model": str(Path(os.path.realpath(candidate)))}, []
         shown = ", ".join(str(folder) for folder in folders)
         if given.is_absolute() and not inside(given, folders):
-            return None, [("model", f"{model} is outside the server's model folders ({shown})")]
-        return None, [("model", f"no file {model} in the server's model folders ({shown})")]
+            return _without_model(data), [("model", f"{model} is outside the server's model folders ({shown})")]
+        return _without_model(data), [("model", f"no file {model} in the server's model folders ({shown})")]
 
     return vet
 
@@ -66,4 +72,9 @@ def checked_submission(text: str, folders: Sequence[Path]) -> tuple[JobSpec | No
     """The job spec, or the problems (one `request: FIELD: what is wrong` line each)."""
     folder = folders[0] if folders else Path.cwd()
     checked = check_job_text(text, SHOWN, folder, model_vet(folders))
-    return checked.spec, list(checked.lines)
+    lines, model_lines = [], 0
+    for line in checked.lines:  # the vet's line about the model comes first; the check's "missing" would repeat it
+        model_lines += line.startswith(f"{SHOWN}: model: ")
+        if model_lines <= 1 or not line.startswith(f"{SHOWN}: model: "):
+            lines.append(line)
+    return (checked.spec if not lines else None), lines

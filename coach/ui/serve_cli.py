@@ -1,5 +1,5 @@
 """`coach serve` (a web page and an HTTP API on one long-running run) and its clients: `coach status`,
-`coach submit`, `coach stop`. Parses options and prints; coach.service does the work."""
+`coach submit`, `coach stop`, `coach logs`. Parses options and prints; coach.service does the work."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def cmd_serve(args) -> int:
     if not is_loopback(args.host) and not token:
         return fail([f"--host: {args.host} is not a loopback address: give --token (or set {TOKEN_ENV}); clients "
                      "then send `Authorization: Bearer TOKEN`"])
+    if args.notify is not None and not args.notify.startswith(("http://", "https://")):
+        return fail([f"--notify: {args.notify[:100]!r} is not an http:// or https:// URL"])
     folders = [Path(folder).resolve() for folder in (args.models or ["jobs/models"])]
     missing = [f"--models: {folder}: not a folder" for folder in folders if not folder.is_dir()]
     if missing:
@@ -45,7 +47,12 @@ def cmd_serve(args) -> int:
 
         option = "--port" if error.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         return fail([f"{option}: cannot listen on {args.host}:{args.port} ({error.strerror or error})"])
-    served = ServedRun(Path(args.results), cluster, config)
+    notifier = None
+    if args.notify:
+        from coach.service.notify import Notifier
+
+        notifier = Notifier(args.notify)
+    served = ServedRun(Path(args.results), cluster, config, notifier=notifier)
     try:
         served.start()
     except Unservable as error:
@@ -79,20 +86,102 @@ def _unreachable(error) -> int:
     return 1
 
 
-def cmd_status(args) -> int:
-    from coach.domain.status import JobStatus
-    from coach.service.client import ClientError
-    from coach.views.terminal import _console, status_table
+def _status_table(answer: dict, server: str):
+    from dataclasses import fields
 
+    from coach.domain.status import JobStatus
+    from coach.views.terminal import status_table
+
+    names = {f.name for f in fields(JobStatus)}  # a row carries more than the status (money, ending, waiting)
+    statuses = {job["job"]: JobStatus(**{k: v for k, v in job.items() if k in names}) for job in answer["jobs"]}
+    return status_table(statuses, f"run {answer.get('run_id')} at {server}")
+
+
+def cmd_status(args) -> int:
+    import json
+
+    from coach.service.client import ClientError
+    from coach.views.terminal import _console
+
+    if args.watch is not None:
+        return _watch(args)
     try:
         answer = _client(args).jobs()
-        statuses = {job["job"]: JobStatus(**job) for job in answer["jobs"]}
-        table = status_table(statuses, f"run {answer.get('run_id')} at {args.server}")
+        shown = json.dumps(answer) if args.json else _status_table(answer, args.server)
     except ClientError as error:
         return _client_failed(error)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return _unreachable(f"{args.server}/api/jobs: not a Coach server's answer ({type(error).__name__})")
-    _console().print(table)
+    if args.json:
+        print(shown)
+    else:
+        _console().print(shown)
+    return 0
+
+
+def _watch(args) -> int:
+    """`coach status --watch S`: the table (or one JSON line) every S seconds until Ctrl-C; a server that does not
+    answer is said so, with the time of the last answer, and watched on."""
+    import json
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from coach.service.client import ClientError
+    from coach.views.terminal import _console
+
+    client, last = _client(args), None
+    live = None if args.json else Live(console=_console(), auto_refresh=False)
+    try:
+        if live is not None:
+            live.start()
+        while True:
+            try:
+                answer = client.jobs()
+                last, problem = answer, None
+            except ClientError as error:
+                if error.bad_input:
+                    return _client_failed(error)
+                problem = str(error)
+            stamp = time.strftime("%H:%M:%S")
+            if args.json:
+                print(json.dumps({"at": stamp, "error": problem, **(answer if problem is None else {})}), flush=True)
+            else:
+                note = Text(f"updated {stamp}" if problem is None else f"offline since {stamp}: {problem}",
+                            style="dim" if problem is None else "bold red")
+                live.update(Group(_status_table(last, args.server), note) if last else note, refresh=True)
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def cmd_logs(args) -> int:
+    """`coach logs JOB`: the tail of the job's function logs, each line after its function's name; `--follow`
+    prints new lines as they come until Ctrl-C or the server stops."""
+    from coach.service.client import ClientError
+
+    client = _client(args)
+    try:
+        if not args.follow:
+            functions = client.logs(args.job, args.lines).get("functions", {})
+            for function, lines in functions.items():
+                for line in lines:
+                    print(f"{function} | {line}")
+            if not functions:
+                print(f"coach logs: {args.job} has no function logs on this server (yet)", file=sys.stderr)
+            return 0
+        for function, lines in client.follow_logs(args.job, args.lines):
+            for line in lines:
+                print(f"{function} | {line}", flush=True)
+    except ClientError as error:
+        return _client_failed(error)
+    except KeyboardInterrupt:
+        return 0
     return 0
 
 
@@ -151,19 +240,33 @@ def add_commands(sub, subparser, epilog: str, run_options) -> None:
                             "(default: jobs/models)")
     serve.add_argument("--token", metavar="TOKEN",
                        help=f"bearer token every client must send (default: ${TOKEN_ENV}; none on loopback)")
+    serve.add_argument("--notify", metavar="URL",
+                       help="POST a JSON message to URL whenever a job ends (reached its target, ran out of budget or "
+                            "epochs, failed, was stopped), with retries")
     serve.add_argument("--max-body", type=integer(1024, 16 * 1024 * 1024), default=MAX_BODY_BYTES, metavar="BYTES",
                        help="largest request body accepted (default: %(default)s)")
     run_options(serve)
     serve.set_defaults(func=cmd_serve)
     for name, what in (("status", "print the jobs of a `coach serve` as a table"),
                        ("submit", "submit a job file to a `coach serve`"),
-                       ("stop", "stop a job of a `coach serve` for good (its log is kept)")):
+                       ("stop", "stop a job of a `coach serve` for good (its log is kept)"),
+                       ("logs", "print the tail of a job's function logs from a `coach serve`")):
         client = subparser(sub, name, epilog=epilog, help=what)
         if name == "submit":
             client.add_argument("file", metavar="FILE", help="the job file (YAML)")
-        if name == "stop":
+        if name in ("stop", "logs"):
             client.add_argument("job", metavar="JOB", help="the job's name")
+        if name == "status":
+            client.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                                help="show the table again every SECONDS (default 2) until Ctrl-C")
+            client.add_argument("--json", action="store_true", help="print the server's answer as JSON (one line "
+                                                                     "per refresh with --watch)")
+        if name == "logs":
+            client.add_argument("--follow", "-f", action="store_true", help="print new lines as they come")
+            client.add_argument("--lines", "-n", type=integer(0, 1000), default=100, metavar="N",
+                                help="lines of each function's log to start with (default: %(default)s)")
         client.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
                             help="the server (default: %(default)s)")
         client.add_argument("--token", metavar="TOKEN", help=f"its bearer token (default: ${TOKEN_ENV})")
-        client.set_defaults(func={"status": cmd_status, "submit": cmd_submit, "stop": cmd_stop}[name])
+        client.set_defaults(func={"status": cmd_status, "submit": cmd_submit, "stop": cmd_stop,
+                                  "logs": cmd_logs}[name])

@@ -13,7 +13,8 @@ def test_with_a_token_every_endpoint_but_the_page_shell_needs_it(serve):
     server = serve(token="s3cret")
     anonymous = {}
 
-    for path in ("/api/jobs", "/api/summary", "/api/cluster", "/metrics", "/openapi.json", "/docs", "/api/events"):
+    for path in ("/api/jobs", "/api/summary", "/api/cluster", "/metrics", "/api/events", "/api/jobs/t/logs",
+                 "/api/jobs/t/overview", "/api/jobs/t/records.csv"):
         answer = server.get(path, headers=anonymous)
         assert answer.status_code == 401, path
         assert answer.headers["www-authenticate"] == "Bearer"
@@ -22,6 +23,12 @@ def test_with_a_token_every_endpoint_but_the_page_shell_needs_it(serve):
     assert server.post("/api/jobs", job_text("t"), headers={"Authorization": "s3cret"}).status_code == 401
     assert server.get("/", headers=anonymous).status_code == 200  # the shell: no data, it asks for the token
     assert server.get("/static/page.js", headers=anonymous).status_code == 200
+    assert server.get("/jobs/t", headers=anonymous).status_code == 200  # a job's page: the same shell
+    # the docs' shell and the schema describe the API and hold no data: the docs' Authorize button sends the token
+    assert server.get("/docs", headers=anonymous).status_code == 200
+    schema = server.get("/openapi.json", headers=anonymous).json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer",
+                                                                 "description": "the server's --token"}
     assert server.get("/api/jobs").status_code == 200
     assert server.post("/api/jobs", job_text("t", max_epochs=1)).status_code == 201
     assert server.served.board.job("t") is not None
