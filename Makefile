@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-k8s test check venv controlplane chromium clean
+.PHONY: demo demo-k8s test check venv web controlplane chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,13 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 venv: $(VENV)/.installed
 
-demo: venv
+demo: venv web
 	$(BIN)/coach run jobs/*.yaml
 
 demo-k8s: venv controlplane
 	$(BIN)/python -m tests.fakes.stack jobs/lenet-mnist.yaml
 
-test: venv chromium controlplane
+test: venv web chromium controlplane
 	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores
 
 # The fast loop: lint (ruff), types (mypy), the import contracts and every test not marked `slow` (tests/conftest.py
@@ -40,6 +40,16 @@ check: venv
 .PHONY: complexity
 complexity: venv
 	$(BIN)/xenon --max-absolute C coach coach_functions scheduler_fork
+
+# The libraries `coach serve`'s page ships (uPlot, Swagger UI) and axe-core for its browser test, pinned in
+# web/package-lock.json, from the npm registry; web/vendor.mjs copies the page's into coach/service/page/vendor/
+# (git-ignored, in the wheel). Redone only when the lock file changes.
+web: coach/service/page/vendor/.copied
+
+coach/service/page/vendor/.copied: web/package-lock.json web/vendor.mjs
+	cd web && npm ci --no-audit --no-fund --ignore-scripts
+	node web/vendor.mjs
+	touch $@
 
 # The suite's Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kubectl of one release), built
 # with the machine's Go from tests/controlplane/go.mod through the Go module proxy; cached per pinned version

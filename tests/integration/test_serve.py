@@ -98,17 +98,20 @@ def test_the_page_submits_a_lenet_job_and_shows_its_epochs_live(tmp_path, marker
             expect(page.locator("#live")).to_have_text("live", timeout=20_000)
             page.fill("#job-text", job_yaml(job, "lenet.py", max_epochs=4))
             page.click("#submit")
-            expect(page.locator("#submit-result")).to_have_text(f"submitted {job}", timeout=30_000)
+            expect(page.locator("#submit-result")).to_contain_text(f"submitted {job}", timeout=30_000)
             row = page.locator(f'tr[data-job="{job}"]')
-            expect(row.locator("td.epoch")).to_have_text("1", timeout=180_000)
+            expect(row.locator("td.epoch")).to_have_text("1 / 4", timeout=180_000)
             # while it trains: its three functions (scheduler, server, worker) on the cluster's nodes
             expect(page.locator(f'#nodes .node:not(.pending) .chip[title^="{job}-"]')).to_have_count(3)
             page.screenshot(path=str(ARTIFACTS / "serve-page-training.png"), full_page=True)
             for epoch in ("2", "3", "4"):  # each epoch shows up while the job runs, without a reload
-                expect(row.locator("td.epoch")).to_have_text(epoch, timeout=180_000)
-            expect(row.locator("td.phase")).to_have_text("done", timeout=60_000)
+                expect(row.locator("td.epoch")).to_have_text(f"{epoch} / 4", timeout=180_000)
+            expect(row.locator("td.phase")).to_have_text("done · max epochs", timeout=60_000)
+            row.locator("td.name a").click()  # its own page: the curves drawn by uPlot, one row per epoch
             expect(page.locator("#loss-chart")).to_have_attribute("data-epochs", "4", timeout=20_000)
-            assert page.locator("#loss-chart polyline").count() == 2  # training and validation loss
+            expect(page.locator("#epochs tbody tr")).to_have_count(4)
+            assert page.locator("#loss-chart canvas").count() == 1
+            page.go_back()
             assert page.locator("#nodes .node").count() >= 3
             page.screenshot(path=str(ARTIFACTS / "serve-page.png"), full_page=True)
             browser.close()
