@@ -47,7 +47,6 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: InThrea
     found for this module (`known_classes`); an epoch from a checkpoint then skips its own."""
     entered_s = time.monotonic()  # a few ms after the host's clock for the deadline started: the fork
     os.environ.update(ps_environment(request.role, request.ps))
-    import mxnet as mx
     from mxnet import gluon
 
     hyper = request.hyper
@@ -58,28 +57,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: InThrea
     # prepare meanwhile. A broken model file is found during it; the first failure of an epoch makes the controller
     # cancel the joined peers.
     joining = joining or join_kvstore(request.ps)
-    mx.random.seed(hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
-    net = user_code(request.model_path, "build_model()", module.build_model)
-    if not isinstance(net, gluon.Block):
-        raise EpochError(f"model file {request.model_path}: build_model() returned {type(net).__name__}, not a "
-                         f"Gluon block")
-    if callable(getattr(module, "loss", None)):
-        loss_fn = user_code(request.model_path, "loss()", module.loss)
-    else:
-        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
-        checkpoints.load_parameters(net, request.checkpoint_load)
-    else:
-        net.initialize(mx.init.Xavier())
-    if request.checkpoint_load and classes_known is not UNKNOWN:
-        # the checkpoint gave every shape and the classes are known: no shape pass (an inference-mode forward,
-        # on every epoch's critical path), hence no layout to restore either
-        classes = classes_known
-    else:
-        # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
-        classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
-        _plain_layout(net)
-    check_labels(data, classes, request.model_path)  # rejected now: the controller cancels the joined peers
+    net, loss_fn, classes = _build_model(request, module, data, classes_known)
     kv = joining.result()
     rank, num_workers = kv.rank, kv.num_workers
     if num_workers != request.ps.num_workers:  # DMLC_NUM_WORKER came from the request: this is a ps-lite bug
@@ -110,14 +88,7 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: InThrea
 
     validation, saved = {}, None
     if not diverged and samples:  # every worker or none (they agree); stopped before its first step: nothing new
-        if shared_validation is not None:
-            validation = shared_validation.run(net, loss_fn, data["X_val"], data["y_val"])
-            diverged = not math.isfinite(validation["val_loss"])
-        if diverged or rank != 0:  # rank 0 replies the validation; not finite: no checkpoint, and no NaN in the reply
-            validation = {}
-        else:
-            _save_checkpoint(net, trainer, request.checkpoint_save)
-            saved = request.checkpoint_save
+        validation, saved, diverged = _validate_and_save(request, data, net, trainer, loss_fn, shared_validation, rank)
     reply = WorkerReply(rank=rank, num_workers=num_workers, samples=samples, correct=correct, compute_s=compute_s,
                         loss_sum=loss_sum if math.isfinite(loss_sum) else None, checkpoint_saved=saved,
                         diverged=diverged, stopped_early=vote.stopped, shard_samples=len(x),
@@ -128,6 +99,53 @@ def run_worker_epoch(request: EpochRequest, module, data: dict, joining: InThrea
     del trainer, net, kv, loss_fn, vote, shared_validation
     gc.collect()
     return {**reply.to_dict(), CLASSES_FIELD: classes}
+
+
+def _build_model(request: EpochRequest, module, data: dict, classes_known: Any) -> tuple[Any, Any, int | None]:
+    """The model file's network, initialised (from the checkpoint when the request names one), its loss, and the
+    model's classes (known already, or from a shape pass), the labels checked against them: what a worker prepares
+    while the ps-lite rendezvous goes on. A broken model file or labels that are not its classes: EpochError."""
+    import mxnet as mx
+    from mxnet import gluon
+
+    mx.random.seed(request.hyper.seed)  # every worker initialises alike; rank 0's values are broadcast anyway
+    net = user_code(request.model_path, "build_model()", module.build_model)
+    if not isinstance(net, gluon.Block):
+        raise EpochError(f"model file {request.model_path}: build_model() returned {type(net).__name__}, not a "
+                         f"Gluon block")
+    if callable(getattr(module, "loss", None)):
+        loss_fn = user_code(request.model_path, "loss()", module.loss)
+    else:
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    if request.checkpoint_load:  # the checkpoint gives every shape: no throw-away initialisation
+        checkpoints.load_parameters(net, request.checkpoint_load)
+    else:
+        net.initialize(mx.init.Xavier())
+    if request.checkpoint_load and classes_known is not UNKNOWN:
+        # the checkpoint gave every shape and the classes are known: no shape pass (an inference-mode forward,
+        # on every epoch's critical path), hence no layout to restore either
+        classes = classes_known
+    else:
+        # shape pass: materialises deferred shapes before the kvstore broadcasts them, and tells the model's classes
+        classes = _classes(net(mx.nd.array(data["X_train"][:1])), loss_fn)
+        _plain_layout(net)
+    check_labels(data, classes, request.model_path)  # rejected now: the controller cancels the joined peers
+    return net, loss_fn, classes
+
+
+def _validate_and_save(request: EpochRequest, data: dict, net, trainer, loss_fn,
+                       shared_validation: SharedValidation | None, rank: int) -> tuple[dict, str | None, bool]:
+    """After a training loop that trained and did not diverge: every worker validates its slice, then rank 0 keeps
+    the whole set's figures and saves the checkpoint. (validation fields, checkpoint saved, diverged): a validation
+    loss that is not finite is a divergence, with no checkpoint and no NaN in the reply."""
+    validation, diverged = {}, False
+    if shared_validation is not None:
+        validation = shared_validation.run(net, loss_fn, data["X_val"], data["y_val"])
+        diverged = not math.isfinite(validation["val_loss"])
+    if diverged or rank != 0:  # rank 0 replies the validation
+        return {}, None, diverged
+    _save_checkpoint(net, trainer, request.checkpoint_save)
+    return validation, request.checkpoint_save, diverged
 
 
 def _warmup_s(marks: dict[int, float], compute_s: float, steps: int) -> float | None:
