@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Iterator
+from urllib.parse import quote
 
 import requests
 
