@@ -14,7 +14,7 @@ budget that does not cover every epoch.
    discounted by `gamma` per `discount_s` of simulated time (rounds come whenever an epoch ends, not at a fixed
    rhythm). Every `select_every` episodes the greedy network runs the fixed validation episodes; the model
    written is the one with the lowest mean JCT there, the imitation network included (RL's updates are noisy:
-   one run's last network was 3% worse than its imitation start).
+   a run's last network can be worse than its imitation start).
 
 Seeded throughout and resumable from `<out>.ckpt/` as coach.dl2.learn_cluster (the update steps and checkpoints of
 coach.dl2.training). Writes the model to `out`, the imitation-only one beside it and what was measured to

@@ -206,4 +206,4 @@ def test_the_shipped_model_schedules_a_whole_workload_about_as_well_as_drf_it_im
         # every job but the one asking for 32 GPUs of 16 (unschedulable in every policy)
         assert len(done) == count - 1
         jct_h[policy] = sum(done) / len(done) / 3600
-    assert jct_h["dl2"] <= 1.1 * jct_h["drf"], jct_h  # measured: 1.14 h against DRF's 1.18 h
+    assert jct_h["dl2"] <= 1.1 * jct_h["drf"], jct_h  # about DRF's, with room to spare
