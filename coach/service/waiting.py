@@ -53,33 +53,47 @@ def waiting_view(job: str, phase: str, message: str, shown_at_s: float, function
     if not pending and phase != "requeued":
         return None
     wanted = {role: sum(1 for f in own if f["role"] == role) for role in ROLE_ORDER}
-    parts = ", ".join(_count(wanted[role], role) for role in ROLE_ORDER if wanted[role])
     placed = len(own) - len(pending)
-    view = {"needs": f"needs {_count(len(own), 'slot')} ({parts}); {placed} placed" if own else
-            "needs slots for its functions"}
+    view = {"needs": _needs(wanted, len(own), placed), "held_by": _held_by(job, functions, slots),
+            "why": plain_reasons(message.split(": ", 1)[1] if ": " in message else message)}
+    if job in queue:
+        view["queue"] = _queue_place(job, queue)
+    view.update(_next_try(retry, shown_at_s, placement_timeout_s))
+    if wanted["worker"] > QUORUM[Role.WORKER] or wanted["server"] > QUORUM[Role.SERVER]:
+        view["fewer"] = (f"starts with fewer workers as soon as {sum(QUORUM.values())} of its functions are placed "
+                         f"(one scheduler, one server, one worker); {placed} placed now")
+    return view
+
+
+def _needs(wanted: Mapping[str, int], functions: int, placed: int) -> str:
+    """The job's slots, by role, and how many of them are placed."""
+    if not functions:
+        return "needs slots for its functions"
+    parts = ", ".join(_count(wanted[role], role) for role in ROLE_ORDER if wanted[role])
+    return f"needs {_count(functions, 'slot')} ({parts}); {placed} placed"
+
+
+def _held_by(job: str, functions: Sequence[Mapping], slots: int) -> str:
+    """The slots free, and the other jobs that hold the rest, the most first."""
     holders: dict[str, int] = {}
     for f in functions:
         if f["node"] is not None and f["job"] != job:
             holders[f["job"]] = holders.get(f["job"], 0) + 1
     used = sum(1 for f in functions if f["node"] is not None)
     held = ", ".join(f"{name} ({count})" for name, count in sorted(holders.items(), key=lambda kv: -kv[1]))
-    view["held_by"] = (f"{slots - used} of {slots} slots free; held by {held}" if held
-                       else f"{slots - used} of {slots} slots free")
-    view["why"] = plain_reasons(message.split(": ", 1)[1] if ": " in message else message)
-    if job in queue:
-        place = queue.index(job) + 1
-        ahead = list(queue[:place - 1])
-        view["queue"] = ("first in the queue" if not ahead else
-                         f"number {place} in the queue, after {', '.join(ahead)}")
-    if retry:
-        view["next_try_s"] = shown_at_s + float(retry.group(1))
-        view["next_try"] = f"gives its slots back and tries again in {float(retry.group(1)):g} s"
-    else:
-        view["next_try"] = (f"if not placed within {placement_timeout_s:g} s it gives its slots back and tries "
-                            "again")
-    least = sum(QUORUM.values())
-    if wanted["worker"] > QUORUM[Role.WORKER] or wanted["server"] > QUORUM[Role.SERVER]:
-        view["fewer"] = (f"starts with fewer workers as soon as {least} of its functions are placed (one "
-                         f"scheduler, one server, one worker); {placed} placed now")
-    return view
+    return f"{slots - used} of {slots} slots free; held by {held}" if held else f"{slots - used} of {slots} slots free"
 
+
+def _queue_place(job: str, queue: Sequence[str]) -> str:
+    """The job's place in the queue, and the jobs before it."""
+    place = queue.index(job) + 1
+    ahead = list(queue[:place - 1])
+    return "first in the queue" if not ahead else f"number {place} in the queue, after {', '.join(ahead)}"
+
+
+def _next_try(retry: re.Match | None, shown_at_s: float, placement_timeout_s: float) -> dict:
+    """When the job gives its slots back and tries again: at the time its message names, else after the timeout."""
+    if retry:
+        return {"next_try_s": shown_at_s + float(retry.group(1)),
+                "next_try": f"gives its slots back and tries again in {float(retry.group(1)):g} s"}
+    return {"next_try": f"if not placed within {placement_timeout_s:g} s it gives its slots back and tries again"}
