@@ -16,17 +16,14 @@ TOKEN_ENV = "COACH_TOKEN"
 
 def cmd_serve(args) -> int:
     from coach.app.run import RunConfig
-    from coach.domain.addresses import is_loopback
-    from coach.service.server import Listen, bind, serve
+    from coach.service.server import Listen, serve
     from coach.service.session import ServedRun, Unservable
     from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say_cluster
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(args.host) and not token:
-        return fail([f"--host: {args.host} is not a loopback address: give --token (or set {TOKEN_ENV}); clients "
-                     "then send `Authorization: Bearer TOKEN`"])
-    if args.notify is not None and not args.notify.startswith(("http://", "https://")):
-        return fail([f"--notify: {args.notify[:100]!r} is not an http:// or https:// URL"])
+    refused = _refused_listening(args, token)
+    if refused is not None:
+        return fail([refused])
     folders = [Path(folder).resolve() for folder in (args.models or ["jobs/models"])]
     missing = [f"--models: {folder}: not a folder" for folder in folders if not folder.is_dir()]
     if missing:
@@ -40,19 +37,10 @@ def cmd_serve(args) -> int:
                        placement_timeout_s=args.placement_timeout, platform=site.platform,
                        placement=_placement_of(site.platform), checkpoints=args.checkpoints, site=site)
     listen = Listen(args.host, args.port, token, args.max_body)
-    try:
-        sock = bind(listen)
-    except OSError as error:
-        import errno
-
-        option = "--port" if error.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
-        return fail([f"{option}: cannot listen on {args.host}:{args.port} ({error.strerror or error})"])
-    notifier = None
-    if args.notify:
-        from coach.service.notify import Notifier
-
-        notifier = Notifier(args.notify)
-    served = ServedRun(Path(args.results), cluster, config, notifier=notifier)
+    sock, problem = _bound(listen)
+    if sock is None:
+        return fail([problem])
+    served = ServedRun(Path(args.results), cluster, config, notifier=_notifier(args.notify))
     try:
         served.start()
     except Unservable as error:
@@ -63,6 +51,41 @@ def cmd_serve(args) -> int:
     say_cluster(served.cluster)
     serve(served, folders, listen, sock)
     return 0
+
+
+def _refused_listening(args, token: str | None) -> str | None:
+    """Why `coach serve` may not listen as asked: off loopback without a token, or a --notify that is not an HTTP
+    URL; None when it may."""
+    from coach.domain.addresses import is_loopback
+
+    if not is_loopback(args.host) and not token:
+        return (f"--host: {args.host} is not a loopback address: give --token (or set {TOKEN_ENV}); clients "
+                "then send `Authorization: Bearer TOKEN`")
+    if args.notify is not None and not args.notify.startswith(("http://", "https://")):
+        return f"--notify: {args.notify[:100]!r} is not an http:// or https:// URL"
+    return None
+
+
+def _bound(listen):
+    """(the listening socket, None), or (None, the problem naming --port or --host) when it cannot be bound."""
+    import errno
+
+    from coach.service.server import bind
+
+    try:
+        return bind(listen), None
+    except OSError as error:
+        option = "--port" if error.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        return None, f"{option}: cannot listen on {listen.host}:{listen.port} ({error.strerror or error})"
+
+
+def _notifier(url: str | None):
+    """The webhook notifier --notify asks for, or None."""
+    if not url:
+        return None
+    from coach.service.notify import Notifier
+
+    return Notifier(url)
 
 
 def _placement_of(platform: str) -> str:
