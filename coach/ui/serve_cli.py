@@ -285,7 +285,7 @@ def add_commands(sub, subparser, epilog: str, run_options) -> None:
             client.add_argument("--json", action="store_true", help="print the server's answer as JSON (one line "
                                                                      "per refresh with --watch)")
         if name == "logs":
-            client.add_argument("--follow", "-f", action="store_true", help="print new lines as they come")
+            client.add_argument("--follow", "-f", action="store_true", help="print new lines as they come, until Ctrl-C (default: off)")
             client.add_argument("--lines", "-n", type=integer(0, 1000), default=100, metavar="N",
                                 help="lines of each function's log to start with (default: %(default)s)")
         client.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
