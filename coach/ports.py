@@ -1,7 +1,7 @@
 """The ports: what a driver needs from the world, as Protocols. A run composes one implementation of each.
 
 Implementations today: Placement = scheduler_fork in-process (coach.placement.in_process); Platform = warm hosts on
-this machine (coach.platforms.local) or simulated speeds (coach.platforms.virtual); CheckpointStore = file://
+this machine (coach.platforms.local) or computed speeds (coach.platforms.virtual); CheckpointStore = file://
 (coach.storage.checkpoints); RecordSink = JSON lines (coach.storage.results); View = coach.views.terminal; Clock =
 wall or virtual (coach.drivers). A Kubernetes scheduler and the Nuclio dashboard plug in as Placement and
 Platform; an s3:// store as CheckpointStore; on Kubernetes, Workloads (the Nuclio dashboard) make the pods that
@@ -20,7 +20,7 @@ from coach.domain.status import JobStatus
 
 
 class Clock(Protocol):
-    """Seconds since the Unix epoch, wall or simulated."""
+    """Seconds since the Unix epoch, wall or virtual."""
 
     def now_s(self) -> float:
         """The current time."""

@@ -1,5 +1,7 @@
-"""A run in virtual time: the same lifecycles, policy and scheduler_fork placement as `coach run`, over a
-simulated platform. What `coach simulate` and the drivers' contract suite build on.
+"""A run in virtual time: the same lifecycles, run-level policy and scheduler_fork placement as `coach run`, over the
+virtual platform (coach.platforms.virtual) and driver (coach.drivers.virtual). What the run-level dl2 trainer
+(coach.dl2.learn_run), the drivers' contract suite and the benchmarks build on; `coach simulate` is the cluster
+simulator (coach.simulator), a world of its own.
 
 Side effects: writes the same results folder as `coach run` when `run_dir` is given; nothing otherwise.
 """
@@ -27,7 +29,7 @@ from coach.storage.checkpoints import MemoryCheckpointStore
 from coach.storage.results import MemorySink, ResultLog, write_json_atomic
 from coach.views.terminal import QuietView
 
-START_S = 1_700_000_000.0  # a fixed simulated start, so that two runs of the same input are identical
+START_S = 1_700_000_000.0  # a fixed virtual start, so that two runs of the same input are identical
 
 
 @dataclass

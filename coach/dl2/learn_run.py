@@ -1,17 +1,17 @@
 """Training the DL2 network that decides Coach's own jobs (workers and servers), in virtual time.
 
 Episodes are runs of Coach's real lifecycle, `coach run`'s policy interface and scheduler_fork placement over the
-simulated platform (coach.app.virtual_run): a seeded mix of 4-10 dynamic jobs started together on a 24-slot cluster,
+virtual platform (coach.app.virtual_run): a seeded mix of 4-10 dynamic jobs started together on a 24-slot cluster,
 each with its own speed surface (VirtualJobModel: a compute part that scales with workers at its own efficiency, and a
 push/pull part that servers share, as Optimus's model has it), epochs and limits; about one job in four has a
 budget that does not cover every epoch.
 
 1. Imitation: the `coach` policy runs the training episodes; every round in which jobs ask for counts becomes the
-   decisions that reach the teacher's counts (dl2.counts.teacher_steps); the network learns them (cross-entropy)
+   decisions that reach the teacher's counts (run_round.teacher_steps); the network learns them (cross-entropy)
    and its critic the return that followed. A seeded fifth of the rounds is held out to measure agreement on.
 2. Reinforcement learning (advantage actor-critic): the network samples its actions in new episodes. The reward of
    a round is the jobs' epoch progress until the next round (each job's share of its max_epochs, 1 once ended),
-   discounted by `gamma` per `discount_s` of simulated time (rounds come whenever an epoch ends, not at a fixed
+   discounted by `gamma` per `discount_s` of virtual time (rounds come whenever an epoch ends, not at a fixed
    rhythm). Every `select_every` episodes the greedy network runs the fixed validation episodes; the model
    written is the one with the lowest mean JCT there, the imitation network included (RL's updates are noisy:
    a run's last network can be worse than its imitation start).
@@ -58,9 +58,9 @@ from coach.domain.jobs import JobSpec
 from coach.platforms.virtual import VirtualJobModel
 from coach.policy.run_policy import RunClusterView, CoachPolicy, Counts, Decision, RunJobView
 
-_MODEL = Path("/virtual/model.py")  # never loaded: the simulated platform computes every epoch
+_MODEL = Path("/virtual/model.py")  # never loaded: the virtual platform computes every epoch
 PRICE_PER_SLOT_S = 0.0001
-EPISODE_LIMIT_S = 3600.0  # simulated seconds after which an episode's jobs are stopped (typical makespans: 50-250 s)
+EPISODE_LIMIT_S = 3600.0  # virtual seconds after which an episode's jobs are stopped (typical makespans: 50-250 s)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class CountsTrainSettings:
     rl_episodes: int = 100
     rl_learning_rate: float = 3e-4
     reward: str = "progress"  # a key of REWARDS
-    gamma: float = 0.5  # discount per `discount_s` of simulated time
+    gamma: float = 0.5  # discount per `discount_s` of virtual time
     discount_s: float = 30.0
     entropy: float = 0.01
     value_weight: float = 0.5
@@ -172,7 +172,7 @@ class _Rounds:
         return REWARDS[kind](self, spans), spans
 
     def returns(self, end_s: float, settings: CountsTrainSettings) -> np.ndarray:
-        """Discounted return from every round (`gamma` per `discount_s` of simulated time)."""
+        """Discounted return from every round (`gamma` per `discount_s` of virtual time)."""
         rewards, spans = self.rewards(end_s, settings.reward)
         running, out = 0.0, np.zeros(len(rewards))
         for k in range(len(rewards) - 1, -1, -1):

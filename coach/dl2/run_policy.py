@@ -142,6 +142,6 @@ def _decision(round_: CountsRound, i: int, counts, kinds: list[int]) -> Decision
 
 #: What `coach train-policy --level run` offers, named here so that parsing the command line does not import the
 #: trainer (coach.dl2.learn_run, which imports MXNet): the run-level policies it may imitate, and its rewards
-#: (the keys of learn_counts.REWARDS; tests/unit check that the two agree).
+#: (the keys of learn_run.REWARDS; tests/unit check that the two agree).
 RUN_TEACHERS = ("coach",)  # run-level policies that decide dynamic jobs' counts (static only repeats the files)
 REWARD_NAMES = ("jct", "progress")

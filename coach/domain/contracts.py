@@ -30,7 +30,7 @@ _NOISE_FIELDS = ("grad_var", "grad_sqr", "noise_steps")  # WorkerReply's optiona
 
 
 def _flat(value: Any) -> dict[str, Any]:
-    """A flat dataclass as a dict: `asdict` deep-copies every field, which simulations pay per reply."""
+    """A flat dataclass as a dict: `asdict` deep-copies every field, which virtual-time runs pay per reply."""
     return {f.name: getattr(value, f.name) for f in fields(value)}
 
 

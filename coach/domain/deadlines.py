@@ -1,4 +1,4 @@
-"""When a worker stops training inside its deadline, shared by the runtime (`functions/`), the simulated platform
+"""When a worker stops training inside its deadline, shared by the runtime (`functions/`), the virtual platform
 and the lifecycle so that they cut an epoch alike. Pure: no clock.
 
 An epoch's functions get `deadline_s`; each worker leaves its training loop a reserve before it, so that what

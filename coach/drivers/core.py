@@ -3,7 +3,7 @@
 A driver owns the run's lifecycles, asks the run's policy for counts with every job in view, polls the placement
 for the jobs that wait for their quorum, and turns deploys and epochs into events. How time passes and how
 blocking work completes is the subclass's: the live driver uses the wall clock and threads, the virtual-time
-driver a simulated clock and a heap of future events. Side effects: only through the ports.
+driver a virtual clock and a heap of future events. Side effects: only through the ports.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class ThreadFanOut:
 
 
 class SequentialFanOut:
-    """For platforms that answer at once with a simulated duration: the step lasts as long as its slowest call."""
+    """For platforms that answer at once with a computed duration: the step lasts as long as its slowest call."""
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return [fn(item) for item in items]

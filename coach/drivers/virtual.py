@@ -1,7 +1,10 @@
-"""The virtual-time driver: the same lifecycles, policy and placement, on a simulated clock. Nothing sleeps.
+"""The virtual-time driver: the same lifecycles, policy and placement as `coach run`, on a virtual clock. Nothing
+sleeps.
 
-Blocking work runs at once against a platform that reports simulated durations; its event is scheduled at
-now + duration on a heap, and the clock jumps from event to event. This is what `coach simulate` builds on.
+Blocking work runs at once against a platform that reports computed durations (coach.platforms.virtual); its event
+is scheduled at now + duration on a heap, and the clock jumps from event to event. coach.app.virtual_run composes
+runs on it, for the run-level dl2 trainer (coach.dl2.learn_run), the drivers' contract suite and the benchmarks.
+`coach simulate` does not: the cluster simulator (coach.simulator) has its own clock of scheduling rounds.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import Sequence
 from coach.drivers.core import Driver, Work
 from coach.lifecycle import events as ev
 
-TICK_S = 1.0  # how often, in simulated seconds, jobs waiting for their quorum see the scheduler again
+TICK_S = 1.0  # how often, in virtual seconds, jobs waiting for their quorum see the scheduler again
 
 
 class VirtualClock:
-    """Simulated seconds since the Unix epoch; only the driver moves it."""
+    """Virtual seconds since the Unix epoch; only the driver moves it."""
 
     def __init__(self, start_s: float = 0.0):
         self.t_s = start_s
@@ -47,7 +50,7 @@ class VirtualDriver(Driver):
         self._push(at_s, "timer", job, None)
 
     def stop_at(self, at_s: float) -> None:
-        """Send every job a stop at this simulated time (as Ctrl-C would)."""
+        """Send every job a stop at this virtual time (as Ctrl-C would)."""
         self._push(at_s, "stop", "", None)
 
     def _push(self, at_s: float, kind: str, job: str, payload: object) -> None:
@@ -90,7 +93,7 @@ class VirtualDriver(Driver):
                 self._push(now_s, "work", job, (work, work.cut(result, now_s - started_s), started_s))
 
     def _schedule_tick(self) -> None:
-        """While a job waits for its quorum, let the scheduler see the pods again a simulated second later."""
+        """While a job waits for its quorum, let the scheduler see the pods again a virtual second later."""
         if self._tick_pending:
             return
         if self.placement_waited_for:

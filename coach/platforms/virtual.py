@@ -1,6 +1,6 @@
 """A platform whose epochs are computed, not run: durations from a speed model, losses from a convergence curve.
 
-It answers at once with the simulated duration in each reply; the virtual-time driver advances its clock by
+It answers at once with the computed duration in each reply; the virtual-time driver advances its clock by
 it. Deadlines are honoured as the runtime honours them: the workers leave their training loop the runtime's
 reserve before the deadline (coach.domain.deadlines) and reply `stopped_early` with the samples they trained; what
 does not fit even so is a timeout (HTTP 504). Workers answer with the same typed replies real workers send, and
@@ -21,14 +21,14 @@ from coach.domain.invocation import ERROR, TIMEOUT, Failure, FunctionRef, Reply
 
 
 class SavedMarks(Protocol):
-    """Where simulated rank-0 workers mark the checkpoints they 'saved' (coach.storage's memory store)."""
+    """Where virtual rank-0 workers mark the checkpoints they 'saved' (coach.storage's memory store)."""
 
     def mark_saved(self, prefix: str) -> None: ...
 
 
 @dataclass(frozen=True)
 class VirtualJobModel:
-    """How one simulated job trains: speed surface (full epochs/s) and loss after k steps."""
+    """How one job trains in virtual time: speed surface (full epochs/s) and loss after k steps."""
 
     samples: int = 5000  # training samples of a full epoch
     fixed_s: float = 0.4  # per-epoch cost that does not scale with the data (rendezvous, checkpoint)
@@ -75,7 +75,7 @@ class VirtualPlatform:
     store: SavedMarks
     models: Mapping[str, VirtualJobModel] = field(default_factory=dict)  # job -> its model (default: VirtualJobModel())
     fail: frozenset[tuple[str, int, int]] = frozenset()  # (job, step, attempt) whose epoch fails
-    deploy_s: float = 0.0  # simulated time a deploy takes
+    deploy_s: float = 0.0  # virtual seconds a deploy takes
     removed: list[str] = field(default_factory=list)  # names of removed functions, for tests
     _live: set[FunctionId] = field(default_factory=set)
 

@@ -1,6 +1,7 @@
 """Run-level policies: one signature, `decide(cluster, jobs, now_s) -> {job: Counts or Wait}`, one registry. Pure.
 
-A policy decides how many workers and servers every job of a run gets; placement of the functions stays with
+A policy decides how many workers and servers every job of a run gets (the run level; the cluster simulator's
+policies, GPUs per job per round, are the cluster level: coach.simulator.view); placement of the functions stays with
 scheduler_fork's profiles. Drivers ask the run's policy whenever a job needs counts for its next epoch, with
 every job of the run in view, so decisions are made across jobs at once (Ray autoscaler v2's
 `schedule(request) -> reply` and AdaptDL's policy folder are the models). New policies (fifo, drf, tiresias,

@@ -1,7 +1,9 @@
-"""Small helpers every policy shares: packing, batch limits, grant checks. Pure.
+"""Small helpers every cluster-level policy shares: packing, batch limits, grant checks. Pure.
 
 Why it exists: the policies differ in who gets how many GPUs, not in how a GPU count becomes a legal Grant;
-keeping that in one place means every policy respects the same application limits.
+keeping that in one place means every policy respects the same application limits. It sits beside the policies'
+package, not in it, so that a policy registered there from elsewhere (coach.dl2.cluster_policy) imports it without
+running the registry.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""What a cluster-simulator policy sees and answers: plain data, no clock, no I/O.
+"""What a cluster-level policy (the simulator's) sees and answers: plain data, no clock, no I/O.
 
 A policy is asked once per scheduling round with a `ClusterSnapshot` and answers a `Grant` (GPUs and total batch
 size) for every job it wants to run; a job it leaves out gets nothing this round (it waits, or is preempted).
+The run level (the workers and servers of a `coach run`) has its own: coach.policy.run_policy.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Functions are stateless; worker rank 0 writes `<prefix>.params` and `<prefix>.states` atomically, and the
 controller passes the newest complete prefix to every worker of the next epoch. The file store is addressed as
 `file:///abs/folder` and hands out absolute path prefixes (what functions on this machine write to); the
-`s3://` store (coach.storage.s3) serves functions on many machines. The memory store serves simulated runs,
+`s3://` store (coach.storage.s3) serves functions on many machines. The memory store serves virtual-time runs,
 where nothing is written.
 Side effects: the file store creates folders and deletes old checkpoints.
 
@@ -93,7 +93,7 @@ class FileCheckpointStore:
 
 @dataclass
 class MemoryCheckpointStore:
-    """Checkpoints that are only names: a simulated worker marks what it 'saved'."""
+    """Checkpoints that are only names: a virtual-time worker marks what it 'saved'."""
 
     saved: dict[str, set[str]] = field(default_factory=dict)  # job -> its saved prefixes
 

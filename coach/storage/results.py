@@ -116,7 +116,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 class MemorySink:
-    """A job's records kept in memory (simulations that write no files, and tests)."""
+    """A job's records kept in memory (virtual-time runs that write no files, and tests)."""
 
     def __init__(self) -> None:
         self.records: list[dict] = []

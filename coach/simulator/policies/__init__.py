@@ -2,8 +2,9 @@
 
 Each module holds one policy (or a family); all are pure decisions over a ClusterSnapshot (coach.simulator.view)
 and keep at most small deterministic state between rounds. None draws random numbers, so the seed is accepted
-for the common signature and ignored. `dl2` is a trained network (dl2/dl2_model.params), loaded when asked
-for; `dl2-imitation` the same training's network before its reinforcement learning.
+for the common signature and ignored. `dl2` is a trained network (coach.dl2.cluster_policy on
+coach/dl2/dl2_model.params), loaded when asked for; `dl2-imitation` the same training's network before its
+reinforcement learning.
 """
 
 from __future__ import annotations
