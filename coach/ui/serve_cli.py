@@ -281,9 +281,9 @@ def add_commands(sub, subparser, epilog: str, run_options) -> None:
             client.add_argument("job", metavar="JOB", help="the job's name")
         if name == "status":
             client.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
-                                help="show the table again every SECONDS (default 2) until Ctrl-C")
+                                help="show the table again every SECONDS until Ctrl-C (default: off; SECONDS 2 when not given)")
             client.add_argument("--json", action="store_true", help="print the server's answer as JSON (one line "
-                                                                     "per refresh with --watch)")
+                                                                     "per refresh with --watch) (default: off)")
         if name == "logs":
             client.add_argument("--follow", "-f", action="store_true", help="print new lines as they come, until Ctrl-C (default: off)")
             client.add_argument("--lines", "-n", type=integer(0, 1000), default=100, metavar="N",
