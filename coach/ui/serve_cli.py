@@ -265,7 +265,7 @@ def add_commands(sub, subparser, epilog: str, run_options) -> None:
                        help=f"bearer token every client must send (default: ${TOKEN_ENV}; none on loopback)")
     serve.add_argument("--notify", metavar="URL",
                        help="POST a JSON message to URL whenever a job ends (reached its target, ran out of budget or "
-                            "epochs, failed, was stopped), with retries")
+                            "epochs, failed, was stopped), with retries (default: none)")
     serve.add_argument("--max-body", type=integer(1024, 16 * 1024 * 1024), default=MAX_BODY_BYTES, metavar="BYTES",
                        help="largest request body accepted (default: %(default)s)")
     run_options(serve)
