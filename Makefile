@@ -27,13 +27,15 @@ demo-k8s: venv controlplane
 test: venv web chromium controlplane
 	$(BIN)/python -m pytest --durations=25  # the slowest tests: the suite must stay under 15 min on 2 cores
 
-# The fast loop: lint (ruff), types (mypy), the import contracts and every test not marked `slow` (tests/conftest.py
-# marks them), in well under 2 minutes on 2 cores. Needs no control plane, no Chromium, no apt.
+# Before every commit, in well under 2 minutes on 2 cores: lint (ruff), types (mypy), the import contracts, the
+# complexity bound and the unit tests not marked `slow` (tests/conftest.py marks them). Needs no control plane, no
+# Chromium, no apt. `pytest -m "not slow"` adds the fast contract and service tests; `make test` runs everything.
 check: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(MAKE) complexity
+	$(BIN)/python -m pytest -q -m "not slow" tests/unit
 
 # No function above cyclomatic complexity 20 (xenon's grade C) in the product: past that, a function is hard to
 # change safely. `.venv/bin/radon cc -s -n D coach coach_functions scheduler_fork` lists the offenders.
