@@ -76,18 +76,30 @@ def _time_weighted(samples: list[tuple[float, float]], end_s: float) -> float | 
 def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
     """summary.json: the run's makespan and statistics, then every job's outcome (in arrival order)."""
     runs = sorted(outcome.jobs, key=lambda r: (r.spec.arrival_s, r.name))
-    jcts = np.array([j for j in (_jct_s(r) for r in runs) if j is not None], dtype=float)
     finished = [r.finished_s for r in runs if r.finished_s is not None]
-    all_done = len(finished) == len(runs)
+    ended_s = max(finished) if finished and len(finished) == len(runs) else None  # None: some job never ended
     first_s = min((r.spec.arrival_s for r in runs), default=0.0)
-    end_s = max([*finished, *(t_s for t_s, _ in outcome.utilization)], default=0.0)
-    stats = {
+    stats = _stats(outcome, runs, max([*finished, *(t_s for t_s, _ in outcome.utilization)], default=0.0),
+                   None if ended_s is None else _round(ended_s - first_s))
+    return {
+        "run_id": run_id,
+        "started": iso(START_S + first_s),
+        "ended": None if ended_s is None else iso(START_S + ended_s),
+        "makespan_s": stats["makespan_s"],
+        **settings,
+        "stats": stats,
+        "jobs": {run.name: _job_summary(run) for run in runs},
+    }
+
+
+def _stats(outcome: Outcome, runs: list[JobRun], end_s: float, makespan_s: float | None) -> dict:
+    """summary.json's `stats`: JCTs of the completed jobs, makespan, utilization until `end_s`, and what was lost."""
+    jcts = np.array([j for j in (_jct_s(r) for r in runs) if j is not None], dtype=float)
+    return {
         "jobs": len(runs),
         "completed": int(len(jcts)),
-        "avg_jct_s": _round(jcts.mean()) if len(jcts) else None,
-        "median_jct_s": _round(np.median(jcts)) if len(jcts) else None,
-        "p99_jct_s": _round(np.percentile(jcts, 99)) if len(jcts) else None,
-        "makespan_s": _round(max(finished) - first_s) if finished and all_done else None,
+        **_jct_stats(jcts),
+        "makespan_s": makespan_s,
         "utilization": _time_weighted(outcome.utilization, end_s),
         "deadlocked_jobs": sum(1 for r in runs if r.deadlocked),
         "deadlock_rounds": outcome.deadlocks,
@@ -97,27 +109,28 @@ def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
         "rounds": outcome.rounds,
         "events": outcome.events,
     }
-    jobs = {}
-    for run in runs:
-        jobs[run.name] = {
-            "submitted": iso(START_S + run.spec.arrival_s),
-            "finished": None if run.finished_s is None else iso(START_S + run.finished_s),
-            "jct_s": _jct_s(run), "epochs": len(run.segments), "final_loss": None, "final_val_loss": None,
-            "stop_reason": run.stop_reason or "unfinished", "total_cost": _round(run.spent, 6),
-            "budget": None if run.budget is None else _round(run.budget, 6),
-            "workers": run.segments[-1]["gpus"] if run.segments else 0, "servers": 0,
-            "application": run.spec.app, "requested_gpus": run.spec.gpus, "restarts": run.restarts,
-            "held_gpu_s": _round(run.held_gpu_s), "deadlocked": run.deadlocked,
-            "queued_s": None if run.started_s is None else _round(run.started_s - run.spec.arrival_s),
-        }
+
+
+def _jct_stats(jcts: np.ndarray) -> dict:
+    """Mean, median and 99th percentile of the JCTs; None each when no job completed."""
+    if not len(jcts):
+        return {"avg_jct_s": None, "median_jct_s": None, "p99_jct_s": None}
+    return {"avg_jct_s": _round(jcts.mean()), "median_jct_s": _round(np.median(jcts)),
+            "p99_jct_s": _round(np.percentile(jcts, 99))}
+
+
+def _job_summary(run: JobRun) -> dict:
+    """One job's entry in summary.json."""
     return {
-        "run_id": run_id,
-        "started": iso(START_S + first_s),
-        "ended": iso(START_S + max(finished)) if finished and all_done else None,
-        "makespan_s": stats["makespan_s"],
-        **settings,
-        "stats": stats,
-        "jobs": jobs,
+        "submitted": iso(START_S + run.spec.arrival_s),
+        "finished": None if run.finished_s is None else iso(START_S + run.finished_s),
+        "jct_s": _jct_s(run), "epochs": len(run.segments), "final_loss": None, "final_val_loss": None,
+        "stop_reason": run.stop_reason or "unfinished", "total_cost": _round(run.spent, 6),
+        "budget": None if run.budget is None else _round(run.budget, 6),
+        "workers": run.segments[-1]["gpus"] if run.segments else 0, "servers": 0,
+        "application": run.spec.app, "requested_gpus": run.spec.gpus, "restarts": run.restarts,
+        "held_gpu_s": _round(run.held_gpu_s), "deadlocked": run.deadlocked,
+        "queued_s": None if run.started_s is None else _round(run.started_s - run.spec.arrival_s),
     }
 
 
