@@ -121,7 +121,7 @@ def _only(data: Mapping[str, Any], allowed: tuple[str, ...], where: str = "") ->
 def _check_schema(data: Any) -> None:
     if not isinstance(data, Mapping):
         raise ContractError("body", f"expected a JSON object, got {type(data).__name__}")
-    if "schema" not in data:  # requests and replies of the first version carried none
+    if "schema" not in data:  # a body without one is read as this version's (cancel and warm bodies, by hand)
         return
     schema = data["schema"]
     if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
@@ -317,7 +317,7 @@ class WarmReply:
     """What a warmed worker tells: the size of its training set, so that the job's first calibration step already
     trains whole batches (coach.policy.planning.calibration_fraction) instead of a share of data of unknown size."""
 
-    train_samples: int | None = None  # samples of a full epoch (None: a server, or a host of an earlier version)
+    train_samples: int | None = None  # samples of a full epoch (None: a server, which trains none)
 
     def to_dict(self) -> dict[str, Any]:
         body = {"schema": SCHEMA, "warm": True}
@@ -421,7 +421,7 @@ class WorkerReply:
         compute_s = _number(data, "compute_s", "")
         if compute_s < 0:
             raise ContractError("compute_s", f"must be >= 0, got {compute_s}")
-        diverged = _get(data, "diverged", "", bool, optional=True) is True  # absent in replies of earlier versions
+        diverged = _get(data, "diverged", "", bool, optional=True) is True  # absent: false
         stopped_early = _get(data, "stopped_early", "", bool, optional=True) is True
         shard_samples = _int(data, "shard_samples", "", minimum=1, optional=True)
         warmup_s = _number(data, "warmup_s", "", optional=True)

@@ -8,6 +8,11 @@ from datetime import datetime, UTC
 from typing import Any, Mapping
 
 
+#: Version of run.json's layout. A resume reads only its own version: nothing has been released, so there is no
+#: older layout to read.
+MANIFEST_SCHEMA = 2
+
+
 def iso(timestamp_s: float) -> str:
     return datetime.fromtimestamp(timestamp_s, tz=UTC).isoformat(timespec="milliseconds")
 

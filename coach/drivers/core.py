@@ -351,8 +351,8 @@ class Driver:
 
 
 def _told_train_samples(replies) -> int | None:
-    """The training set's size the warmed workers agree on; None when one does not tell it (an earlier version) or
-    they disagree (a model file whose data is not the same in every host: its epochs will say)."""
+    """The training set's size the warmed workers agree on; None when a reply does not tell it or they disagree
+    (a model file whose data is not the same in every host: its epochs will say)."""
     told = set()
     for reply in replies:
         try:

@@ -1,12 +1,11 @@
 """The one reader that rebuilds what a job has done from its log lines: typed observations, not dicts. Pure.
 
-Resume, `coach plan` and the lifecycle all read a job's past through `history_from_records`, so a log written by
-an earlier version (no `schema` field) and one written now give the same History.
+Resume, `coach plan` and the lifecycle all read a job's past through `history_from_records`, so all three see the
+same History of the same log.
 
 Two kinds of lines that are not steps matter here:
 - `phase: "interrupted"` closes a job that Ctrl-C or SIGTERM stopped; its `stop_reason` is null, because a resumed
-  job goes on in the same log and only the log's last line carries a stop reason. Logs written before this
-  version closed an interrupt with `stop_reason: "interrupted"` instead; both read as interrupted.
+  job goes on in the same log and only the log's last line carries a stop reason.
 - `phase: "recovered"` opens what a resume appended to a log that had lost every finished step (emptied, or cut
   before its first complete record): the job went on from the newest complete checkpoint of its checkpoints
   folder, as if the step that saved it (its `epoch`) was the last one done.
@@ -88,8 +87,7 @@ def training_metrics(records: Sequence[Mapping[str, Any]]) -> list[float]:
 def ended_by(last: Mapping[str, Any]) -> str | None:
     """Why a job whose log ends with `last` ended; None while it has not.
 
-    An interrupted job's closing line has `phase: "interrupted"` and a null stop_reason; earlier versions wrote
-    `stop_reason: "interrupted"` on it. Both mean `interrupted`.
+    An interrupted job's closing line has `phase: "interrupted"` and a null stop_reason: the phase says it.
     """
     if last.get("phase") == INTERRUPTED:
         return INTERRUPTED

@@ -496,6 +496,9 @@ BAD_MANIFESTS = [
     ("placement-timeout-nan", lambda d: d.update(placement_timeout_s=float("nan")), "placement_timeout_s", "finite"),
     ("placement-timeout-a-word", lambda d: d.update(placement_timeout_s="30"), "placement_timeout_s",
      "expected a number"),
+    ("without-schema", lambda d: d.pop("schema"), "schema", "required field missing"),
+    ("another-schema", lambda d: d.update(schema=1), "schema", "layout 1 is not this Coach's (2)"),
+    ("without-policy", lambda d: d.pop("policy"), "policy", "required field missing"),
 ]
 
 

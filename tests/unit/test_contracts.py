@@ -136,7 +136,7 @@ def test_a_malformed_announcement_names_its_field(field, value, message):
 
 def test_a_warm_reply_tells_the_training_sets_size_and_names_a_bad_one():
     assert WarmReply.from_dict(WarmReply(1000).to_dict()) == WarmReply(1000)
-    assert WarmReply.from_dict({"warm": True, "role": "worker"}) == WarmReply(None)  # a host of an earlier version
+    assert WarmReply.from_dict({"warm": True, "role": "worker"}) == WarmReply(None)  # a reply that does not tell it
     for bad, message in ((0, "train_samples: must be >= 1, got 0"), ("9", "train_samples: expected an integer, got str")):
         with pytest.raises(ContractError, match=f"^{message}$") as caught:
             WarmReply.from_dict({"schema": SCHEMA, "warm": True, "train_samples": bad})
@@ -866,7 +866,7 @@ def test_a_worker_reply_carries_its_first_steps_time_within_its_training_loop():
     base = {"schema": 1, "rank": 0, "num_workers": 1, "loss_sum": 1.0, "samples": 10, "correct": 5,
             "compute_s": 2.0, "checkpoint_saved": "/tmp/c"}
     assert WorkerReply.from_dict({**base, "warmup_s": 0.25}).warmup_s == 0.25
-    assert WorkerReply.from_dict(base).warmup_s is None  # replies of earlier versions
+    assert WorkerReply.from_dict(base).warmup_s is None  # a reply that does not tell it
     assert WorkerReply.from_dict(WorkerReply.from_dict({**base, "warmup_s": 0.25}).to_dict()).warmup_s == 0.25
     for wrong in (-0.1, 2.5):
         with pytest.raises(ContractError, match="warmup_s"):

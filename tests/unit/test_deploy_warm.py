@@ -24,7 +24,7 @@ def test_the_size_is_the_one_every_warmed_worker_tells():
     told = {"schema": SCHEMA, "warm": True, "train_samples": 1000, "role": "worker"}
     assert _told_train_samples([warm(told), warm(told)]) == 1000
     assert _told_train_samples([warm(told), warm({**told, "train_samples": 999})]) is None  # they disagree
-    assert _told_train_samples([warm(told), warm({"warm": True, "role": "worker"})]) is None  # an earlier version
+    assert _told_train_samples([warm(told), warm({"warm": True, "role": "worker"})]) is None  # one reply does not tell it
     assert _told_train_samples([warm(told), warm({**told, "train_samples": -1})]) is None  # not a size
     assert _told_train_samples([]) is None
 

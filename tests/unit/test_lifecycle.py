@@ -305,8 +305,7 @@ def test_dynamic_job_calibrates_at_four_points_on_one_placement_then_asks_and_tr
 def test_a_calibration_mini_epoch_trains_at_least_the_floor_of_batches_on_every_worker():
     """512 samples at batch 32: an eighth of the data gives a worker 2 batches at w = 1 and 1 at w = 2, so the
     points train 4 whole batches per worker (one sample short): a quarter and a half of the data; the first point
-    asks before the data's size is known (these workers did not tell it at deploy, as a host of an earlier version
-    would not)."""
+    asks before the data's size is known (these workers did not tell it at deploy)."""
     spec = dynamic_spec(calibration_fraction=0.125)
     d = Driver(spec, calibration=CALIBRATION)
     d.send(Start(T0))
@@ -823,12 +822,12 @@ def test_an_epoch_that_completes_after_a_stop_is_recorded_then_the_job_ends():
                    Remove(F21), Release(F21), Finish("interrupted")]
 
 
-# --------------------------------------------------------------------------- 7. resume from an old log
+# --------------------------------------------------------------------------- 7. resume from a log
 
 
-def old_line(phase: str, epoch: int, workers: int, servers: int, loss: float, start: str, end: str, cost: float,
+def log_line(phase: str, epoch: int, workers: int, servers: int, loss: float, start: str, end: str, cost: float,
              cumulative: float, checkpoint: str, stop_reason: str | None = None, step: int | None = None) -> dict:
-    """A log line as the controller before the lifecycle wrote it: no `schema` field."""
+    """A log line with the fields a resume reads, and no more."""
     line = {"run_id": "run-old", "job": "lenet", "phase": phase, "epoch": epoch, "workers": workers,
             "servers": servers, "placement": {"lenet-scheduler-0": "node-a", "lenet-server-0": "node-a",
                                               "lenet-worker-0": "node-b"},
@@ -842,23 +841,22 @@ def old_line(phase: str, epoch: int, workers: int, servers: int, loss: float, st
     return line
 
 
-OLD_LOG = [
-    old_line("calibration", 0, 1, 1, 2.5, "2024-05-01T10:00:00.000+00:00", "2024-05-01T10:00:10.000+00:00",
+LOG = [
+    log_line("calibration", 0, 1, 1, 2.5, "2024-05-01T10:00:00.000+00:00", "2024-05-01T10:00:10.000+00:00",
              3.0, 3.0, "/ckpt/lenet/calibration-1", step=1),
-    old_line("calibration", 0, 2, 2, 2.0, "2024-05-01T10:00:11.000+00:00", "2024-05-01T10:00:21.000+00:00",
+    log_line("calibration", 0, 2, 2, 2.0, "2024-05-01T10:00:11.000+00:00", "2024-05-01T10:00:21.000+00:00",
              4.0, 7.0, "/ckpt/lenet/calibration-2", step=2),
-    old_line("training", 1, 2, 1, 1.5, "2024-05-01T10:00:30.000+00:00", "2024-05-01T10:00:40.000+00:00",
+    log_line("training", 1, 2, 1, 1.5, "2024-05-01T10:00:30.000+00:00", "2024-05-01T10:00:40.000+00:00",
              5.0, 12.0, "/ckpt/lenet/epoch-0001"),
-    old_line("training", 2, 2, 1, 1.0, "2024-05-01T10:00:41.000+00:00", "2024-05-01T10:00:51.000+00:00",
+    log_line("training", 2, 2, 1, 1.0, "2024-05-01T10:00:41.000+00:00", "2024-05-01T10:00:51.000+00:00",
              6.0, 18.0, "/ckpt/lenet/epoch-0002"),
-    old_line("training", 3, 2, 1, 0.75, "2024-05-01T10:00:52.000+00:00", "2024-05-01T10:01:02.000+00:00",
+    log_line("training", 3, 2, 1, 0.75, "2024-05-01T10:00:52.000+00:00", "2024-05-01T10:01:02.000+00:00",
              6.0, 24.0, "/ckpt/lenet/epoch-0003", stop_reason="interrupted"),
 ]
 
 
-def test_resume_from_an_old_log_continues_at_epoch_4_from_its_last_checkpoint_and_cost():
-    assert all("schema" not in line for line in OLD_LOG)
-    history = history_from_records(OLD_LOG)
+def test_resume_from_a_log_continues_at_epoch_4_from_its_last_checkpoint_and_cost():
+    history = history_from_records(LOG)
     assert (history.calibration_done, history.epochs_done, history.steps_done, history.spent,
             history.checkpoint, history.stop_reason) == (2, 3, 5, 24.0, "/ckpt/lenet/epoch-0003", "interrupted")
     d = Driver(dynamic_spec(), calibration=((1, 1), (2, 2)))
@@ -880,7 +878,7 @@ def test_resume_from_an_old_log_continues_at_epoch_4_from_its_last_checkpoint_an
 
 def test_a_resumed_static_job_stops_on_target_counting_the_old_epochs():
     d = Driver(job_spec(target_loss=1.0))  # epochs 2 and 3 of the old log are at or below 1.0
-    assert d.send(Resume(T0, history_from_records(OLD_LOG))) == [AskPolicy()]
+    assert d.send(Resume(T0, history_from_records(LOG))) == [AskPolicy()]
     call, out = d.train(T0, STATIC, 0.5)
     assert call.epoch == 4 and call.step == 6 and call.checkpoint_load == "/ckpt/lenet/epoch-0003"
     assert out[0].record.stop_reason == "target_loss" and out[0].record.cumulative_cost == 39.0
@@ -896,7 +894,7 @@ def test_events_a_finished_job_gets_are_ignored():
     assert d.send(epoch_done(call, T0 + 12, 0.75))[-1] == Finish("max_epochs")
     for event in (Start(T0 + 20), Decided(T0 + 20, STATIC), Bindings(T0 + 20, dict(placed(F21))),
                   Deployed(T0 + 20, F21), epoch_done(call, T0 + 20, 0.5), failed(T0 + 20), TimerFired(T0 + 20),
-                  StopRequested(T0 + 20), Resume(T0 + 20, history_from_records(OLD_LOG))):
+                  StopRequested(T0 + 20), Resume(T0 + 20, history_from_records(LOG))):
         assert d.send(event) == []
     assert d.lc.crash(T0 + 20, RuntimeError("late")) == []
     assert d.lc.reason == "max_epochs" and d.lc.history.epochs_done == 1
@@ -956,17 +954,6 @@ def test_after_an_interrupt_and_a_resume_only_the_logs_last_line_carries_a_stop_
     assert [r["stop_reason"] for r in log] == [None, None, None, "max_epochs"]
 
 
-def test_a_line_closed_the_old_way_with_stop_reason_interrupted_reads_as_interrupted():
-    old = dict(OLD_LOG[2], phase="stopped", stop_reason="interrupted")
-    assert history_from_records([*OLD_LOG[:3], old]).stop_reason == "interrupted"
-    assert history_from_records([*OLD_LOG[:3], dict(old, phase="interrupted", stop_reason=None)]).stop_reason == (
-        "interrupted")
-    assert history_from_records(OLD_LOG[:3]).stop_reason is None
-
-
-# --------------------------------------------------------------------------- a log that lost its finished steps
-
-
 def recovered_line(at: float, epoch: int, checkpoint: str, cumulative: float, **fields) -> EpochRecord:
     return line("recovered", epoch=epoch, at=at, cost=0.0, cumulative=cumulative, checkpoint=checkpoint,
                 extra={"reason": "the log held no finished step: going on from the newest complete checkpoint"},
@@ -1009,7 +996,7 @@ def test_a_job_resumed_from_its_last_epochs_checkpoint_stops_at_once_with_max_ep
 
 def test_a_job_resumed_with_its_budget_spent_stops_with_budget():
     d = Driver(job_spec(budget=20.0))
-    history = history_from_records(OLD_LOG[:3])  # 12 spent
+    history = history_from_records(LOG[:3])  # 12 spent
     assert d.send(Resume(T0, replace(history, spent=20.0))) == [
         WriteRecord(line("stopped", epoch=1, at=T0, cost=0.0, cumulative=20.0, stop="budget", budget=20.0)),
         Finish("budget")]

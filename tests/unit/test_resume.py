@@ -77,24 +77,6 @@ def test_an_interrupted_job_closes_without_a_stop_reason_and_after_resume_only_t
     assert resumed.summary["jobs"]["sim"]["stop_reason"] == "max_epochs"
 
 
-def test_a_log_closed_by_an_earlier_version_with_stop_reason_interrupted_still_resumes(tmp_path):
-    job = spec(tmp_path)
-    report = interrupted_run(tmp_path, job, at_step=2)
-    log = report.run_dir / "sim.jsonl"
-    lines = read_log(log)
-    lines[-1].update(phase="stopped", stop_reason="interrupted")  # what the previous version wrote
-    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-    resumed = resume_run(report.run_dir, view="quiet", platform_factory=factory(Scripted()))
-
-    records = read_log(log)
-    assert resumed.exit_code == 0 and records[-1]["stop_reason"] == "max_epochs"
-    assert [r["epoch"] for r in records if r["phase"] == "training"] == [1, 2, 3, 4, 5, 6]
-
-
-# --------------------------------------------------------------------------- a log that lost its lines
-
-
 @pytest.mark.parametrize("damage", ["emptied", "torn first line"])
 def test_a_log_without_a_complete_record_goes_on_from_the_newest_complete_checkpoint(tmp_path, damage):
     job = spec(tmp_path)
