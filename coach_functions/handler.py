@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 from coach.domain.contracts import AheadRequest, ContractError, EpochRequest, WarmReply, WarmRequest
+from coach_functions import auth
 from coach_functions.children import cancel_children
 from coach_functions.failures import EpochError
 from coach_functions.host_state import HostState
@@ -105,3 +106,19 @@ def _respond(context, status: int, reply: dict):
     except (TypeError, ValueError) as error:
         status, body = 500, json.dumps({"error": f"reply is not standard JSON: {error}", "role": reply.get("role")})
     return context.Response(body=body, content_type="application/json", status_code=status)
+
+
+def entry_points(role: str) -> tuple[Callable[[Any], None], Callable[[Any, Any], Any]]:
+    """(init_context, handler) of one role's Nuclio function: the token is checked before anything else, so that
+    only the run's controller may invoke it; the three roles differ only by `role`."""
+    def init_context(context) -> None:
+        auth.init_context(context)
+        init_host(context)
+
+    def handler(context, event) -> Any:
+        refused = auth.refusal(context, event)
+        if refused is not None:
+            return refused
+        return handle_event(context, event, role)
+
+    return init_context, handler
