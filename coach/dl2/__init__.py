@@ -6,17 +6,18 @@ learning, that schedules by one action at a time. One network design at both lev
 - the run level, Coach's own jobs: one more worker, one more server, or both, for one job, or STOP (`coach run
   --policy dl2`, `coach serve --policy dl2`).
 
-The package is layered (the `dl2` contract in pyproject.toml), because its policies are offered by registries low
-in Coach's layers while its trainers drive the simulator and the app above them:
+The package spans Coach's layers: the cluster simulator's registry (coach.simulator.policies) and the app's
+(coach.app.run_policies) import its policies, while its trainers import the simulator and the app. So it stays out
+of the top-level layers contract and is layered inside (the `dl2` contract in pyproject.toml), top to bottom:
 
-    learn_cluster | learn_run              the trainers: imitation, then RL, in the cluster simulator (coach.simulator)
-                                           and in virtual-time runs of Coach's lifecycle (coach.app.virtual_run)
-    training                               what both share: gradient steps, checkpoints, settings checks
-    cluster_policy | run_policy | imitation   the policies the registries offer (coach.simulator.policies,
-                                           coach.app.run_policies), and the cluster teacher's steps
-    network                                the MXNet Gluon actor-critic and its numpy forward pass
-    cluster_round | run_round              what the network sees of a round, and which actions are legal
-    observation                            the shape, the observation and the padded batch both rounds share
+    learn_cluster | learn_run     the trainers: imitation, then RL, in the cluster simulator and in virtual-time
+                                  runs of Coach's lifecycle (coach.app.virtual_run)
+    training                      what both trainers share: gradient steps, checkpoints, settings checks
+    cluster_policy | run_policy   the policies the two registries offer; beside them, imitation: a cluster
+      | imitation                 teacher's round as DL2's steps
+    network                       the MXNet Gluon actor-critic and its numpy forward pass
+    cluster_round | run_round     what the network sees of a round, and which actions are legal
+    observation                   the shape, the observation and the padded batch both rounds share
 
 Nothing below the trainers imports the app, the drivers or the simulator's engine (the `dl2-policies` contract);
 this module holds only the model files' paths and their error, so that importing it costs nothing.
