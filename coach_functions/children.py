@@ -24,7 +24,7 @@ import traceback
 from typing import Callable
 
 from coach.domain.contracts import EpochRequest
-from coach_functions.failures import EpochError, log_failure
+from coach_functions.failures import EpochError, broken_from_outside, log_failure, log_size
 from coach_functions.host_state import HostState
 
 
@@ -45,6 +45,7 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
     (counted from `started`, the monotonic clock; default now)."""
     started = time.monotonic() if started is None else started
     with host.fork_lock:
+        log_from = log_size()
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
         pid = os.fork()
@@ -54,7 +55,7 @@ def run_in_child(host: HostState, request: EpochRequest, work: Callable[[EpochRe
             registered(host)
             run_and_reply(request, work, started, write_fd)
         os.close(write_fd)
-    return await_reply(host, pid, read_fd, started, request.deadline_s)
+    return await_reply(host, pid, read_fd, started, request.deadline_s, log_from)
 
 
 def alive(pid: int) -> bool:
@@ -114,8 +115,11 @@ def run_and_reply(request: EpochRequest, work: Callable[[EpochRequest], dict], s
     os._exit(status)
 
 
-def await_reply(host: HostState, pid: int, read_fd: int, started: float, deadline_s: float) -> tuple[int, dict]:
-    """The host's side of a running child: its reply, or 504 at the deadline (the child killed)."""
+def await_reply(host: HostState, pid: int, read_fd: int, started: float, deadline_s: float,
+                log_from: int | None = None) -> tuple[int, dict]:
+    """The host's side of a running child: its reply, or 504 at the deadline (the child killed). A child that died
+    because ps-lite aborted on bytes from outside the job (its log says so, after `log_from`) is answered 500 with
+    `foreign: true`: the controller retries that epoch without counting it against the job."""
     with host.lock:
         host.children.add(pid)
     timed_out = True  # until the reply is read: anything else raised here kills the child too
@@ -141,6 +145,10 @@ def await_reply(host: HostState, pid: int, read_fd: int, started: float, deadlin
     if not isinstance(reply, dict):
         reply = {}
     reply.setdefault("error", f"epoch child exited with code {exit_code}")
+    if exit_code < 0 and broken_from_outside(log_from):
+        reply["error"] = (f"ps-lite aborted on a message from outside the job (failed to parse string into "
+                          f"protobuf); epoch child exited with code {exit_code}")
+        reply["foreign"] = True
     return (422 if reply.pop("rejected", False) is True else 500), reply
 
 

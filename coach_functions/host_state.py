@@ -20,6 +20,7 @@ class Spare:
     reply_fd: int  # the host's end of the reply pipe
     generation: int  # HostState.generation when it was forked: it knows the models loaded until then
     joined: NextEpoch | None = None  # the announced rendezvous it joined: it runs only that epoch
+    log_from: int | None = None  # where the function's log ended when it was forked (failures.log_size)
 
     def serves(self, request: EpochRequest, joined_here: bool) -> bool:
         """Whether it may run `request`; `joined_here`: a child of this host joined the request's rendezvous, which

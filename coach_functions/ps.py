@@ -1,11 +1,13 @@
 """ps-lite nodes: a role's DMLC environment at a rendezvous, joining it (at once or ahead, in a thread), and the
 scheduler and server roles, which serve until every worker has left.
 
-Side effects: sets the DMLC_* environment variables, connects to the PS scheduler, runs MXNet's kvstore.
+Side effects: sets the DMLC_* environment variables, moves the thread that starts a ps-lite node into the job's
+network namespace (when its host has one), connects to the PS scheduler, runs MXNet's kvstore.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import threading
@@ -13,6 +15,24 @@ import time
 from typing import Any, Callable
 
 from coach.domain.contracts import EpochRequest, PsAddress, PsNodeReply
+
+#: The host's file descriptor of its job's network namespace, on the embedded platform (coach/platforms/netns.py).
+PS_NETNS_FD_ENV = "COACH_PS_NETNS_FD"
+CLONE_NEWNET = 0x40000000  # <linux/sched.h>
+
+
+def enter_job_network() -> None:
+    """Move the calling thread, and every thread it starts from now on (ps-lite's and ZeroMQ's), into the job's own
+    network namespace, when the host was given one: there the job's ps-lite nodes reach each other on a loopback of
+    their own, and nothing outside the job reaches them (ps-lite aborts on any message it cannot parse). The rest of
+    the process stays on the machine's network (the host's HTTP trigger, checkpoints in S3). A namespace the host
+    was given but cannot enter fails the epoch: its peers are in it."""
+    fd = os.environ.get(PS_NETNS_FD_ENV)
+    if not fd:
+        return
+    if ctypes.CDLL(None, use_errno=True).setns(int(fd), CLONE_NEWNET) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"cannot enter the job's network namespace: {os.strerror(number)}")
 
 
 def ps_environment(role: str, ps: PsAddress) -> dict[str, str]:
@@ -61,6 +81,7 @@ def run_ps_node(request: EpochRequest) -> dict:
 
 def serve_ps_node(role: str, ps: PsAddress) -> dict:
     """Serve the role (its DMLC variables set) until the workers are gone."""
+    enter_job_network()
     if role != "scheduler":
         await_scheduler(ps)
     from mxnet.kvstore import kvstore_server
@@ -108,6 +129,7 @@ def join_kvstore(ps: PsAddress) -> InThread:
     def join():
         import mxnet as mx
 
+        enter_job_network()
         await_scheduler(ps)
         return mx.kv.create("dist_sync")
 

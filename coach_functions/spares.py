@@ -23,7 +23,7 @@ import time
 from coach.domain.contracts import EpochRequest, NextEpoch
 from coach_functions.children import (alive, await_reply, forked, kill, read_until, registered, run_and_reply,
                                       run_in_child, write_frame)
-from coach_functions.failures import log_failure
+from coach_functions.failures import broken_from_outside, log_failure, log_size
 from coach_functions.host_state import HostState, Spare
 from coach_functions.models import known_classes, load_model
 from coach_functions.ps import InThread, join_ahead, run_ps_node
@@ -55,13 +55,17 @@ def run_epoch(host: HostState, request: EpochRequest) -> tuple[int, dict]:
             pass
         else:
             os.close(spare.request_fd)
-            return await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s)
+            return await_reply(host, spare.pid, spare.reply_fd, started, request.deadline_s, spare.log_from)
     if spare is not None:  # forked before a model was loaded, joined elsewhere, or dead: fork as usual
         _drop(spare)
     if joined_here:
-        return 500, {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the model "
-                              "file changed, or it died): run the epoch on fresh functions",
-                     "wall_s": time.monotonic() - started}
+        reply = {"error": "the spare child that joined this epoch's rendezvous ahead cannot run it (the model "
+                          "file changed, or it died): run the epoch on fresh functions",
+                 "wall_s": time.monotonic() - started}
+        if spare is not None and broken_from_outside(spare.log_from):  # its ps-lite node was killed from outside
+            reply.update(error=f"{reply['error']}; ps-lite aborted on a message from outside the job (failed to "
+                               f"parse string into protobuf)", foreign=True)
+        return 500, reply
     return run_in_child(host, request, lambda r: epoch_work(host, r), started)
 
 
@@ -139,6 +143,7 @@ def _keep_spare(host: HostState) -> None:
 
 def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] | None = None) -> Spare:
     with host.fork_lock:
+        log_from = log_size()
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         parent_pid = os.getpid()
@@ -171,7 +176,7 @@ def _fork_spare(host: HostState, generation: int, ahead: tuple[str, NextEpoch] |
                 os._exit(status)
         os.close(request_read)
         os.close(reply_write)
-    return Spare(pid, request_write, reply_read, generation, None if ahead is None else ahead[1])
+    return Spare(pid, request_write, reply_read, generation, None if ahead is None else ahead[1], log_from)
 
 
 def _drop(spare: Spare) -> None:

@@ -13,6 +13,9 @@ from coach.domain.identity import FunctionId
 
 #: Failure kinds a platform reports.
 DEPLOY, UNREACHABLE, TIMEOUT, ERROR, REJECTED = "deploy", "unreachable", "timeout", "error", "rejected"
+#: A function whose ps-lite node a peer from outside the job broke (ps-lite aborts on bytes that are not its own):
+#: retried, and not counted against the job's retries (docs/failures.md).
+FOREIGN = "foreign"
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Reply:
 @dataclass(frozen=True)
 class Failure:
     function: str  # FunctionRef.name (or the name that failed to deploy)
-    kind: str  # DEPLOY, UNREACHABLE, TIMEOUT, ERROR or REJECTED (the request itself is wrong)
+    kind: str  # DEPLOY, UNREACHABLE, TIMEOUT, ERROR, REJECTED (the request itself is wrong) or FOREIGN
     message: str  # one line for the log and the live view
     duration_s: float = 0.0  # time spent before the failure was known
     body: Mapping[str, Any] = field(default_factory=dict)  # the reply, when the function answered with an error

@@ -11,7 +11,10 @@ The steps of a job:
   -> EpochDone (record, stop?) or EpochFailed (retry after a backoff on fresh functions, or stop).
 
 The lines a job writes besides its finished steps:
-- `retry`: a failed attempt; `cost` and `charged_s` (the slot-seconds its functions held) are what it used.
+- `retry`: a failed attempt; `cost` and `charged_s` (the slot-seconds its functions held) are what it used. One
+  that a peer from outside the job broke (`foreign: true`: ps-lite aborted on bytes that were not its own) is not
+  the job's failure: it does not count against `max_retries` (MAX_FOREIGN_RETRIES bounds those on their own), while
+  its cost counts as any attempt's, since its slots were held and the budget caps what is spent.
 A step whose deadline came first (the money's, or epoch_timeout_s) is still a finished step: its workers left their
 training loop together a reserve before the deadline and saved what they trained (coach.domain.deadlines); its
 line says `stopped_early: true`, `epoch_fraction` (the share of the step done) and `data_fraction` (the share of
@@ -40,7 +43,7 @@ from coach.domain.contracts import Hyper, WorkerReply
 from coach.domain.identity import (FunctionId, Role, functions_for, has_quorum, pick_for_epoch, role_counts,
                                    slots_for)
 from coach.domain.deadlines import STOP_RESERVE_S
-from coach.domain.invocation import TIMEOUT, Failure
+from coach.domain.invocation import FOREIGN, TIMEOUT, Failure
 from coach.domain.jobs import JobSpec
 from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
@@ -65,6 +68,7 @@ REQUEUE_BACKOFF_S = 1.0  # first wait after giving slots back; doubles per reque
 MAX_REQUEUE_BACKOFF_S = 30.0
 RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per attempt
 MAX_RETRY_BACKOFF_S = 8.0
+MAX_FOREIGN_RETRIES = 8  # attempts of one step broken from outside the job, retried besides its max_retries
 POLICY_WAIT_S = 1.0  # a job the policy told to wait asks again after this long
 NORMAL_ENDINGS = frozenset({"target_loss", "max_epochs", "budget"})
 USER_STOP = "stopped_by_user"  # a user stopped this one job (`coach stop`, the HTTP API): final, never resumed
@@ -208,6 +212,7 @@ class JobLifecycle:
         self.deployed: set[FunctionId] = set()
         self.step: Step | None = None
         self.attempt = 1
+        self.foreign = 0  # attempts of this step broken from outside the job (FOREIGN): not the job's own
         self.requeues = 0
         self.watch_deadline_s = math.inf
         self.timer_at_s: float | None = None
@@ -461,7 +466,7 @@ class JobLifecycle:
     def _run_step(self, now_s: float) -> list[cmd.Command]:
         counts = role_counts(self.deployed)
         self.workers, self.servers = counts[Role.WORKER], counts[Role.SERVER]
-        self.attempt = 1
+        self.attempt, self.foreign = 1, 0
         if self.step.epoch:
             self._show_running()
         return self._invoke(now_s)
@@ -648,14 +653,19 @@ class JobLifecycle:
         if self.stop_requested:
             return self._finish(now_s, self.stop_requested)
         broke = self._money_bound and failure.kind == TIMEOUT  # it ran until the money was spent
-        exhausted = self.attempt > self.spec.max_retries or not failure.retryable or broke
+        foreign = failure.kind == FOREIGN  # broken from outside the job: not one of its own failures
+        self.foreign += foreign
+        exhausted = (self.attempt - self.foreign > self.spec.max_retries or self.foreign > MAX_FOREIGN_RETRIES
+                     or not failure.retryable or broke)
         out = [self._line(now_s, "retry", self.step.epoch, None,
-                          {**self.step.extra, "error": failure.describe(), "will_retry": not exhausted},
+                          {**self.step.extra, "error": failure.describe(), "will_retry": not exhausted,
+                           **({"foreign": True} if foreign else {})},
                           self.attempt)]
         if broke:
             return out + self._finish(now_s, "budget")
         if exhausted:
-            return out + self._finish(now_s, f"failed after {self.attempt} attempts: {failure.describe()}")
+            outside = f", {self.foreign} of them broken from outside the job" if self.foreign else ""
+            return out + self._finish(now_s, f"failed after {self.attempt} attempts{outside}: {failure.describe()}")
         self._show("retrying", f"attempt {self.attempt} failed: {failure.describe()}")
         return out + self._wait(now_s + retry_backoff_s(self.attempt), "retry")
 

@@ -56,6 +56,23 @@ def pod_seen(pod: Mapping) -> PodSeen | None:
     return PodSeen(fid, spec.get("nodeName") or "", why)
 
 
+#: The port of a Nuclio function's HTTP trigger inside its pod (Nuclio's processor listens there); invocations from
+#: the dashboard come to it, and the functions check the run's token themselves (coach_functions/auth.py).
+HTTP_TRIGGER_PORT = 8080
+
+
+def network_policy(job: str, namespace: str) -> dict:
+    """The job's NetworkPolicy: its function pods admit only the job's own pods (ps-lite, any port), and anyone on
+    the HTTP trigger's port (the dashboard's invocations). ps-lite aborts on any message that is not its own, so
+    without it any pod could fail the job's epochs. Enforced only by a CNI that implements NetworkPolicy."""
+    own = {"matchLabels": {JOB_LABEL: job}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": job, "namespace": namespace, "labels": {JOB_LABEL: job}},
+            "spec": {"podSelector": own, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": own}]},
+                                 {"ports": [{"protocol": "TCP", "port": HTTP_TRIGGER_PORT}]}]}}
+
+
 def podgroup(job: str, namespace: str) -> dict:
     """The job's PodGroup: the quorum (one PS scheduler, one server, one worker) the gang profiles wait for."""
     return {"apiVersion": f"{PODGROUP_GROUP}/{PODGROUP_VERSION}", "kind": PODGROUP_KIND,
@@ -73,6 +90,7 @@ class KubePlacement:
         self.scheduler_name = scheduler_name  # who binds the pods: coach-scheduler, or default-scheduler
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
+        self._networking = client.NetworkingV1Api(api)
         self._lock = threading.Lock()
         self._pods: dict[str, PodSeen] = {}  # pod name -> what it is, for every Coach pod in the namespace
         self._version = 0  # bumped on every change the watch sees and every submit or release
@@ -158,29 +176,36 @@ class KubePlacement:
                 except (ValueError, OSError):  # urllib3 already released the connection: the watch has ended
                     pass
         for job in sorted(self._groups):
-            try:
-                self._custom.delete_namespaced_custom_object(PODGROUP_GROUP, PODGROUP_VERSION, self.namespace,
-                                                             PODGROUP_PLURAL, job)
-            except ApiException as error:
-                if error.status != 404:
-                    log.warning("PodGroup %s not deleted: HTTP %s", job, error.status)
-            except OSError as error:
-                log.warning("PodGroup %s not deleted: %s", job, error)
+            for what, delete, args in (
+                    ("PodGroup", self._custom.delete_namespaced_custom_object,
+                     (PODGROUP_GROUP, PODGROUP_VERSION, self.namespace, PODGROUP_PLURAL, job)),
+                    ("NetworkPolicy", self._networking.delete_namespaced_network_policy, (job, self.namespace))):
+                try:
+                    delete(*args)
+                except ApiException as error:
+                    if error.status != 404:
+                        log.warning("%s %s not deleted: HTTP %s", what, job, error.status)
+                except OSError as error:
+                    log.warning("%s %s not deleted: %s", what, job, error)
         self._watcher.join(timeout=WATCH_TIMEOUT_S + 5)
 
     # -- inside -------------------------------------------------------------------------------------------------
     def _ensure_group(self, job: str) -> str | None:
-        """Create `job`'s PodGroup once; a reason string when the apiserver refused."""
+        """Create `job`'s PodGroup and NetworkPolicy once, before its pods; a reason string when the apiserver
+        refused."""
         if job in self._groups:
             return None
-        try:
-            self._custom.create_namespaced_custom_object(PODGROUP_GROUP, PODGROUP_VERSION, self.namespace,
-                                                         PODGROUP_PLURAL, podgroup(job, self.namespace))
-        except ApiException as error:
-            if error.status != 409:  # 409: it exists already (a resumed run): it is ours to use
-                return f"PodGroup {self.namespace}/{job}: kube-apiserver answered HTTP {error.status} {error.reason}"
-        except OSError as error:
-            return f"PodGroup {self.namespace}/{job}: kube-apiserver unreachable ({type(error).__name__})"
+        for what, create in (("PodGroup", lambda: self._custom.create_namespaced_custom_object(
+                PODGROUP_GROUP, PODGROUP_VERSION, self.namespace, PODGROUP_PLURAL, podgroup(job, self.namespace))),
+                             ("NetworkPolicy", lambda: self._networking.create_namespaced_network_policy(
+                                 self.namespace, network_policy(job, self.namespace)))):
+            try:
+                create()
+            except ApiException as error:
+                if error.status != 409:  # 409: it exists already (a resumed run): it is ours to use
+                    return f"{what} {self.namespace}/{job}: kube-apiserver answered HTTP {error.status} {error.reason}"
+            except OSError as error:
+                return f"{what} {self.namespace}/{job}: kube-apiserver unreachable ({type(error).__name__})"
         self._groups.add(job)
         return None
 

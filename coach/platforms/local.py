@@ -10,19 +10,24 @@ by `kill -9`, and the hosts die with the template (PR_SET_PDEATHSIG), so no host
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 import socket
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import requests
 
 from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId, Role
-from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef, Reply
+from coach.domain.invocation import (DEPLOY, FOREIGN, REJECTED, TIMEOUT, UNREACHABLE, ERROR, Failure, FunctionRef,
+                                     Reply)
+from coach.platforms import netns
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
 from coach.platforms.template import HostProcess, TemplateError, readable, template_for
 
@@ -36,6 +41,7 @@ LOOPBACK = "127.0.0.1"  # every node of the embedded platform is this machine
 
 READY_TIMEOUT_S = 120.0  # the template's first host waits for its imports; two cores shared by many hosts can be slow
 CANCEL_TIMEOUT_S = 5.0
+logger = logging.getLogger(__name__)
 STOP_GRACE_S = 5.0  # how long hosts get to leave after SIGTERM before SIGKILL (together, not one after another)
 
 
@@ -49,11 +55,21 @@ def free_port(host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> i
             return port
 
 
+@dataclass
+class _Network:
+    """A job's network namespace (coach/platforms/netns.py): the controller's descriptor, the job's live hosts, and
+    how many of its hosts are being forked."""
+
+    fd: int
+    hosts: set[int] = field(default_factory=set)
+    forking: int = 0
+
+
 class LocalPlatform:
     """Warm function hosts on this machine; thread-safe."""
 
     def __init__(self, log_dir: Path, token: str, env: Mapping[str, str] | None = None,
-                 handlers: Mapping[Role, str] | None = None):
+                 handlers: Mapping[Role, str] | None = None, isolate_jobs: bool = True):
         self.log_dir = log_dir
         self.token = token
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {}), TOKEN_ENV: token}
@@ -62,6 +78,12 @@ class LocalPlatform:
         self._lock = threading.Lock()
         self._closed = False
         self._session = threading.local()
+        # job -> its network namespace: every ps-lite node of a job meets in the job's own namespace, which nothing
+        # outside the job reaches (coach/platforms/netns.py); isolate_jobs=False: all on the machine's loopback
+        self._isolate = isolate_jobs
+        self._networks: dict[str, _Network] = {}
+        self._hosts_job: dict[int, str] = {}  # host pid -> its job
+        self.isolation: str | None = None  # why jobs are not isolated here (no privilege), once known
         template_for(self.env, secret_variables=(TOKEN_ENV,))  # starts importing MXNet while the job calibrates
 
     def deploy(self, fid: FunctionId, node: str) -> FunctionRef | Failure:
@@ -74,8 +96,9 @@ class LocalPlatform:
         template = template_for(self.env, secret_variables=(TOKEN_ENV,))
         argv = ["--handler", handler, "--name", name, "--parent-pid", str(template.pid)]
         try:
-            with open(self.log_dir / f"{name}.log", "ab") as log:
-                proc = template.fork_host(argv, self.env, os.getcwd(), log.fileno())
+            with open(self.log_dir / f"{name}.log", "ab") as log, self._network(fid.job) as network:
+                proc = template.fork_host(argv, self.env, os.getcwd(), log.fileno(), netns_fd=network)
+                self._joined(fid.job, network, proc.pid)
         except (TemplateError, OSError) as error:
             return Failure(name, DEPLOY, f"could not start the host: {error}", time.monotonic() - started)
         with self._lock:
@@ -133,6 +156,8 @@ class LocalPlatform:
             message = str(body.get("error", f"HTTP {response.status_code}")).splitlines()[0]
             kind = {504: TIMEOUT, 400: REJECTED, 401: REJECTED, 403: REJECTED, 422: REJECTED}.get(response.status_code,
                                                                                                   ERROR)
+            if kind == ERROR and body.get("foreign") is True:  # ps-lite broken from outside the job
+                kind = FOREIGN
             return Failure(ref.name, kind, message, duration_s, body)
         return Reply(ref.name, body, duration_s)
 
@@ -155,10 +180,67 @@ class LocalPlatform:
     def _kill(self, pid: int) -> None:
         self._stop([pid])
 
+    @contextlib.contextmanager
+    def _network(self, job: str) -> Iterator[int | None]:
+        """The job's network namespace while one of its hosts is forked (made for its first host); None when jobs
+        are not isolated here. The descriptor stays open at least until the block ends."""
+        with self._lock:
+            network = self._networks.get(job) if self._isolate and not self._closed else None
+            if network is not None:
+                network.forking += 1
+        if network is None and self._isolate:
+            network = self._new_network(job)
+        try:
+            yield None if network is None else network.fd
+        finally:
+            if network is not None:
+                with self._lock:
+                    network.forking -= 1
+                self._left(job, None)
+
+    def _new_network(self, job: str) -> _Network | None:
+        try:
+            fd = netns.create()
+        except netns.NamespaceError as error:  # no privilege: every job on the shared loopback, said once
+            with self._lock:
+                first, self._isolate, self.isolation = self._isolate, False, str(error)
+            if first:
+                logger.warning("jobs share the machine's loopback for ps-lite (%s): a local process can break their "
+                            "epochs, which are then retried without counting against them", error)
+            return None
+        with self._lock:
+            network = self._networks.setdefault(job, _Network(fd))
+            network.forking += 1
+        if network.fd != fd:  # another host of the job made one meanwhile
+            os.close(fd)
+        return network
+
+    def _joined(self, job: str, network: int | None, pid: int) -> None:
+        if network is not None:
+            with self._lock:
+                self._networks[job].hosts.add(pid)
+                self._hosts_job[pid] = job
+
+    def _left(self, job: str | None, pid: int | None) -> None:
+        """A host of `job` is gone (or was forked): when no host of it is left, close the controller's descriptor of
+        the job's namespace (Linux frees it once no process runs in it either)."""
+        if job is None:
+            return
+        with self._lock:
+            network = self._networks.get(job)
+            if network is None:
+                return
+            network.hosts.discard(pid)
+            if network.hosts or network.forking:
+                return
+            del self._networks[job]
+        os.close(network.fd)
+
     def _stop(self, pids: list[int]) -> None:
         """SIGTERM to all of them at once, then wait for all within one grace period, then SIGKILL the rest."""
         with self._lock:
             procs = [proc for pid in pids if (proc := self._procs.pop(pid, None)) is not None]
+            jobs = [self._hosts_job.pop(proc.pid, None) for proc in procs]
         for proc in procs:
             proc.signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -167,6 +249,8 @@ class LocalPlatform:
                 proc.signal(signal.SIGKILL)
                 proc.exited(STOP_GRACE_S)
             proc.close()
+        for proc, job in zip(procs, jobs):
+            self._left(job, proc.pid)
 
     def close(self) -> None:
         """Kill every host; in-flight invocations then fail as `unreachable`."""

@@ -39,7 +39,7 @@ from kubernetes.client.rest import ApiException
 from coach.domain.addresses import is_loopback
 from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
-from coach.domain.invocation import DEPLOY, ERROR, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
+from coach.domain.invocation import DEPLOY, ERROR, FOREIGN, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
 from coach.domain.kube import SCHEDULER_NAME
 from coach.platforms.host import TOKEN_HEADER
 from coach.platforms.local import free_port
@@ -363,7 +363,10 @@ class NuclioPlatform:
         if response.status_code == 200:
             return Reply(ref.name, body, duration_s)
         message = (str(body.get("error") or f"HTTP {response.status_code}").splitlines() or [""])[0]
-        return Failure(ref.name, self._kind(response.status_code, message), message, duration_s, body)
+        kind = self._kind(response.status_code, message)
+        if kind == ERROR and body.get("foreign") is True:  # ps-lite broken from outside the job
+            kind = FOREIGN
+        return Failure(ref.name, kind, message, duration_s, body)
 
     @staticmethod
     def _kind(status: int, message: str) -> str:

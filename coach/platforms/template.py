@@ -47,6 +47,7 @@ _T = TypeVar("_T")  # what a job of the spawner thread returns
 REPLY_TIMEOUT_S = 120.0  # the first request waits for the template's imports, on two cores shared by many hosts
 PR_SET_NAME = 15  # prctl option: the name `top` and `ps -o comm` show (15 bytes)
 HOST_MODULE = "coach.platforms.host"  # what a forked child runs unless its request names another entry module
+PS_NETNS_FD_ENV = "COACH_PS_NETNS_FD"  # the host's descriptor of its job's network namespace (coach_functions/ps.py)
 
 
 class TemplateError(Exception):
@@ -145,15 +146,17 @@ class Template:
             self._process.wait()
 
     def fork_host(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, stderr_fd: int,
-                  module: str = HOST_MODULE) -> HostProcess:
+                  module: str = HOST_MODULE, netns_fd: int | None = None) -> HostProcess:
         """A new host running `module`'s `main(argv)` (Coach's function host by default); its stderr goes to
-        `stderr_fd`."""
+        `stderr_fd`. `netns_fd`: the job's network namespace for its ps-lite nodes (coach/platforms/netns.py), which
+        the host keeps open and names in `COACH_PS_NETNS_FD`."""
         read_fd, write_fd = os.pipe()
         request = json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd, "module": module,
                               "deadline_unix_s": time.time() + REPLY_TIMEOUT_S}).encode()
         try:
             with self._lock:
-                socket.send_fds(self._socket, [request], [write_fd, stderr_fd])
+                socket.send_fds(self._socket, [request], [write_fd, stderr_fd, *(
+                    [] if netns_fd is None else [netns_fd])])
                 reply, fds = self._receive()
         except BaseException:
             self._broken = True
@@ -234,8 +237,10 @@ def _preload() -> None:
             pass
 
 
-def _become_host(sock: socket.socket, request: dict, stdout_fd: int, stderr_fd: int) -> None:
-    """In the forked child: take the request's stdio, environment and directory, then run the host; never returns."""
+def _become_host(sock: socket.socket, request: dict, stdout_fd: int, stderr_fd: int,
+                 netns_fd: int | None = None) -> None:
+    """In the forked child: take the request's stdio, environment and directory (and the job's network namespace
+    for its ps-lite nodes, kept open), then run the host; never returns."""
     code = 1
     try:
         sock.close()
@@ -247,6 +252,8 @@ def _become_host(sock: socket.socket, request: dict, stdout_fd: int, stderr_fd: 
             signal.signal(signum, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
+        if netns_fd is not None:
+            os.environ[PS_NETNS_FD_ENV] = str(netns_fd)
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # as `python -m` would have it
         sys.argv = [sys.argv[0], *request["argv"]]
@@ -287,20 +294,21 @@ def _name_process(argv: Sequence[str]) -> None:
 def _serve_one(sock: socket.socket) -> bool:
     """Fork a host for one request; False once the controller has closed its end."""
     try:
-        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 2)
+        message, fds, _, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, 3)
     except OSError:
         return False
     if not message:
         return False
     try:
         request = json.loads(message)
-        if len(fds) != 2 or not isinstance(request.get("argv"), list) or not isinstance(request.get("env"), dict):
-            raise ValueError("a request has an argv, an env and two file descriptors")
+        if len(fds) not in (2, 3) or not isinstance(request.get("argv"), list) or \
+                not isinstance(request.get("env"), dict):
+            raise ValueError("a request has an argv, an env and two file descriptors (three with a namespace)")
         if time.time() > request.get("deadline_unix_s", math.inf):  # its controller gave up: no host nobody tracks
             raise TimeoutError("the request's deadline passed before the template read it")
         pid = os.fork()
         if pid == 0:
-            _become_host(sock, request, fds[0], fds[1])
+            _become_host(sock, request, fds[0], fds[1], fds[2] if len(fds) == 3 else None)
         pidfd = os.pidfd_open(pid)
         try:
             socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [pidfd])

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from coach.domain.identity import FunctionId, Role, functions_for
+from coach.domain.identity import JOB_LABEL, FunctionId, Role, functions_for
 from coach.domain.kube import PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL
 from coach.kube_scheduler.binder import CONFLICT, Binder
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.objects import pod_info
 from coach.kube_scheduler.rest import read_json
-from coach.placement.kube import KubePlacement
+from coach.placement.kube import HTTP_TRIGGER_PORT, KubePlacement
 from tests.contract.kube_scheduler_support import wait_for
 from tests.unit.test_deploy_manifests import ANY, COACH_NS, EXPECTED_GRANTS, FUNCTIONS_NS
 
@@ -167,16 +167,27 @@ def test_the_controller_with_its_service_account_makes_only_granted_calls_and_us
                     raise
 
     with control_plane.client() as admin, control_plane.client(token=token) as api:
+        networking = client.NetworkingV1Api(admin)
         placement = KubePlacement(api, FUNCTIONS_NS, Workloads(client.CoreV1Api(admin)))
         try:
             assert placement.wait_synced(10)
             ids = functions_for("ctl", workers=1, servers=1)
             placement.register(["ctl"])
+            # the job's pods admit only the job's own pods, and the HTTP trigger's port (stored here; enforcing it
+            # takes a CNI that implements NetworkPolicy, which this control plane has not)
+            policy = networking.read_namespaced_network_policy("ctl", FUNCTIONS_NS).spec
+            assert policy.pod_selector.match_labels == {JOB_LABEL: "ctl"} and policy.policy_types == ["Ingress"]
+            assert [(r._from[0].pod_selector.match_labels if r._from else None,
+                     [p.port for p in r.ports] if r.ports else None) for r in policy.ingress] == [
+                ({JOB_LABEL: "ctl"}, None), (None, [HTTP_TRIGGER_PORT])]
             placement.submit("ctl", ids)
             wait_for("the pods seen", lambda: placement.explain("ctl", 0.0) == "waiting for coach-scheduler")
             placement.release([*ids, FunctionId("ctl", Role.WORKER, 9)])
         finally:
             placement.close()
+        with pytest.raises(client.ApiException) as gone:
+            networking.read_namespaced_network_policy("ctl", FUNCTIONS_NS)
+        assert gone.value.status == 404  # deleted with the run
     made = calls(control_plane, since, account)
     assert made and [call for call in made if call[5] == 403] == []
     assert compare(account, made) == ([], [])

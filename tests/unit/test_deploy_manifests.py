@@ -326,6 +326,7 @@ EXPECTED_GRANTS = {
         | table(FUNCTIONS_NS, "coordination.k8s.io", "leases", "get update", kube.LEASE_NAME)),
     f"{COACH_NS}/coach-controller": (
         table(FUNCTIONS_NS, kube.PODGROUP_GROUP, kube.PODGROUP_PLURAL, "create delete")
+        | table(FUNCTIONS_NS, "networking.k8s.io", "networkpolicies", "create delete")
         | table(FUNCTIONS_NS, "", "pods", "list watch")),
 }
 

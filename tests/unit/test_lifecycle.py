@@ -27,7 +27,7 @@ from coach.lifecycle.commands import (AskPolicy, Deploy, Finish, InvokeEpoch, Pr
                                       Submit, WaitUntil, WatchPlacement, WriteRecord)
 from coach.lifecycle.events import (Bindings, Decided, Deployed, EpochDone, EpochFailed, Resume, Start,
                                     StopRequested, TimerFired)
-from coach.lifecycle.job import (BUDGET_MARGIN, REPLY_RESERVE_S, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
+from coach.lifecycle.job import (BUDGET_MARGIN, REPLY_RESERVE_S, MAX_FOREIGN_RETRIES, MAX_REQUEUES, MAX_RETRY_BACKOFF_S, POLICY_WAIT_S, Awaiting, JobLifecycle,
                                  USER_STOP, requeue_backoff_s, retry_backoff_s)
 from coach.policy.history import history_from_records
 from coach.policy.run_policy import Counts, Wait
@@ -544,6 +544,53 @@ def test_a_retried_calibration_step_keeps_its_step_fields_on_the_retry_line():
                                           extra={"calibration_step": 1, "data_fraction": 0.25,
                                                  "predicted_cost": 4 * MIN_EPOCH_S * 0.5})),
                    WaitUntil(T0 + 10.5)]
+
+
+def _retry(d: Driver, now: float, attempt: int, call, wait: float) -> None:
+    """Carry a failed attempt's retry through: its backoff, fresh functions, the next attempt invoked."""
+    assert d.send(TimerFired(now + wait)) == [Remove(F21), Deploy(placed(F21), MODEL, 32)]
+    assert d.send(Deployed(now + wait + 1, F21)) == [replace(call, attempt=attempt + 1)]
+
+
+def test_attempts_broken_from_outside_the_job_are_retried_without_counting_against_its_retries():
+    d = Driver(job_spec(max_retries=1))
+    call = d.start_static(T0)
+    now, attempt = T0 + 20, 1
+    broken = "lenet-scheduler-0: foreign: ps-lite aborted on a message from outside the job"
+    for _ in range(3):  # more foreign attempts than max_retries: none of them is the job's failure
+        out = d.send(failed(now, kind="foreign", function="lenet-scheduler-0",
+                            message="ps-lite aborted on a message from outside the job"))
+        # its cost still counts (its slots were held; the budget caps what is spent), on a line that says why
+        assert out == [WriteRecord(retry_line(now, attempt=attempt, cost=6.0, cumulative=6.0 * attempt,
+                                              will_retry=True, error=broken, extra={"foreign": True})),
+                       WaitUntil(now + retry_backoff_s(attempt))]
+        _retry(d, now, attempt, call, retry_backoff_s(attempt))
+        now, attempt = now + 100, attempt + 1
+    # the job's own failures still have their bound: max_retries=1 allows one own failure, then the job stops
+    out = d.send(failed(now))
+    assert out[0].record.extra["will_retry"] is True and "foreign" not in out[0].record.extra
+    _retry(d, now, attempt, call, retry_backoff_s(attempt))
+    now, attempt = now + 100, attempt + 1
+    reason = f"failed after {attempt} attempts, 3 of them broken from outside the job: lenet-worker-1: timeout: no reply"
+    out = d.send(failed(now))
+    assert out[0].record.extra["will_retry"] is False and out[-1] == Finish(reason)
+
+
+def test_attempts_broken_from_outside_have_their_own_bound():
+    d = Driver(job_spec(max_retries=3))
+    call = d.start_static(T0)
+    now = T0 + 20
+    for attempt in range(1, MAX_FOREIGN_RETRIES + 2):
+        out = d.send(failed(now, kind="foreign", function="lenet-server-0", message="ps-lite aborted"))
+        if attempt <= MAX_FOREIGN_RETRIES:
+            assert out[0].record.extra["will_retry"] is True
+            _retry(d, now, attempt, call, retry_backoff_s(attempt))
+            now += 100
+    reason = (f"failed after {MAX_FOREIGN_RETRIES + 1} attempts, {MAX_FOREIGN_RETRIES + 1} of them broken from "
+              f"outside the job: lenet-server-0: foreign: ps-lite aborted")
+    assert out[0].record.extra["will_retry"] is False and out[-1] == Finish(reason)
+    # what every attempt cost is in the log: the money bound holds whoever broke the attempts
+    assert d.lc.history.spent == 6.0 * (MAX_FOREIGN_RETRIES + 1)
 
 
 def test_a_rejected_request_is_not_retried():
