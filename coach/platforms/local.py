@@ -29,7 +29,7 @@ from coach.domain.invocation import (DEPLOY, FOREIGN, REJECTED, TIMEOUT, UNREACH
                                      Reply)
 from coach.platforms import netns
 from coach.platforms.host import TOKEN_ENV, TOKEN_HEADER
-from coach.platforms.template import HostProcess, TemplateError, readable, template_for
+from coach.platforms.template import HostProcess, TemplateError, ready_line, template_for
 
 #: Nuclio handler of each parameter-server role (`spec.handler` in coach_functions/<role>/function.yaml).
 ROLE_HANDLERS: Mapping[Role, str] = {
@@ -116,20 +116,8 @@ class LocalPlatform:
 
     @staticmethod
     def _await_ready(proc: HostProcess, deadline: float) -> int | None:
-        fd = proc.stdout_fd
-        buffer = b""
-        while time.monotonic() < deadline:
-            if readable(fd, 0.2):
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    return None
-                buffer += chunk
-                for line in buffer.decode(errors="replace").splitlines():
-                    if line.startswith("READY "):
-                        return int(line.split()[1])
-            elif proc.exited():
-                return None
-        return None
+        words = ready_line(proc, deadline)  # `READY <port>`
+        return int(words[1]) if words and len(words) > 1 else None
 
     def _http(self) -> requests.Session:
         session = getattr(self._session, "value", None)

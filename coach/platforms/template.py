@@ -111,6 +111,25 @@ class HostProcess:
                 pass
 
 
+def ready_line(process: HostProcess, deadline: float, gone: Callable[[], bool] = lambda: False) -> list[str] | None:
+    """The words of the first `READY ...` line a started host (or a Nuclio processor) writes on its stdout; None
+    when it exits first, the deadline (time.monotonic) passes or `gone()` says nobody waits for it any more."""
+    buffer = b""
+    while time.monotonic() < deadline and not gone():
+        if readable(process.stdout_fd, 0.2):
+            chunk = os.read(process.stdout_fd, 4096)
+            if not chunk:
+                return None
+            buffer += chunk
+            for line in buffer.decode(errors="replace").splitlines():
+                words = line.split()
+                if words and words[0] == "READY":
+                    return words
+        elif process.exited():
+            return None
+    return None
+
+
 class Template:
     """The controller's end of one template process; thread-safe."""
 

@@ -43,7 +43,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from coach.platforms.template import IMPORT_VARIABLE_PREFIXES, HostProcess, TemplateError, readable, template_for
+from coach.platforms.template import IMPORT_VARIABLE_PREFIXES, HostProcess, TemplateError, ready_line, template_for
 from tests.fakes import nuclio_config as cfg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -460,21 +460,10 @@ class FunctionPods:
 def _await_ready(process: HostProcess, deadline: float, gone: Callable[[], bool]) -> tuple[int, list[int]] | None:
     """(port, wrapper pids) from the processor's `READY <port> <pid,pid>` line; None when it ends first, the
     deadline passes or the function is `gone()`."""
-    fd = process.stdout_fd
-    buffer = b""
-    while time.monotonic() < deadline and not gone():
-        if readable(fd, 0.2):
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return None
-            buffer += chunk
-            for line in buffer.decode(errors="replace").splitlines():
-                words = line.split()
-                if len(words) == 3 and words[0] == "READY":
-                    return int(words[1]), [int(pid) for pid in words[2].split(",")]
-        elif process.exited():
-            return None
-    return None
+    words = ready_line(process, deadline, gone)
+    if words is None or len(words) != 3:
+        return None
+    return int(words[1]), [int(pid) for pid in words[2].split(",")]
 
 
 def _done(response) -> None:
