@@ -35,6 +35,15 @@ PROFILES: dict[str, Profile] = {
             "one job starts at a time",
         ),
         Profile(
+            name="gang-pack",
+            queue_sort="JobCreationOrder",
+            pre_filter=_GANG_PRE_FILTER,
+            filter=NODE_FILTERS,
+            score=(("Packing", 1),),
+            summary="gang with packing: a job's pods on as few nodes as possible, its own nodes first "
+            "(GPU replicas, as the Pollux artifact places them)",
+        ),
+        Profile(
             name="gang-strict",
             queue_sort="JobCreationOrder",
             pre_filter=_GANG_PRE_FILTER,

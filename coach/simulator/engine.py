@@ -54,7 +54,9 @@ class JobRun:
     started_s: float | None = None
     finished_s: float | None = None
     stop_reason: str | None = None
-    restarts: int = 0
+    restarts: int = 0  # starts after the first (a new allocation, or a resume after preemption), as the artifact
+    training_gpu_s: float = 0.0  # GPU-seconds spent training (the restart delays not counted)
+    restart_gpu_s: float = 0.0  # GPU-seconds held in restart delays (loading the checkpoint, no progress)
     requeues: int = 0  # placement timeouts (Coach's lifecycle stops a job after MAX_REQUEUES of them)
     held_gpu_s: float = 0.0  # GPU-seconds held by replicas of a job that could not run (partly placed)
     deadlocked: bool = False  # ever part of a scheduler deadlock
@@ -73,6 +75,7 @@ class Outcome:
     events: int  # arrivals, grants, bindings, completions and releases handled
     utilization: list[tuple[float, float]]  # (simulated s, share of GPUs training) at every simulated round
     deadlocks: int  # rounds in which the scheduler reported a deadlock
+    total_gpus: int = 0  # GPUs of the cluster
 
 
 class Simulator:
@@ -98,6 +101,7 @@ class Simulator:
         self.stuck = False  # the scheduler reported a deadlock in the last round
         self.finishing: list[tuple[float, str]] = []  # (finish time, job) of running jobs; stale entries skipped
         self.training_gpus = 0  # GPUs of running jobs
+        self.restarting: list[JobRun] = []  # jobs started recently: maybe still in their restart delay
         self.on_round = on_round
         self.events = 0
         self.rounds = 0
@@ -122,11 +126,23 @@ class Simulator:
             if next_arrival == len(jobs) and self._idle_for_good():
                 self._give_up(now_s)
             self.rounds += 1
-            self.utilization.append((now_s, self.training_gpus / self.total_gpus if self.total_gpus else 0.0))
+            self.utilization.append((now_s, self._training_share(now_s)))
             if self.on_round is not None:
                 self.on_round(now_s, len(jobs) - next_arrival + len(self.active))
             now_s = self._next_round(now_s, jobs[next_arrival].arrival_s if next_arrival < len(jobs) else None)
-        return Outcome(list(self.runs.values()), self.rounds, self.events, self.utilization, self.deadlocks)
+        return Outcome(list(self.runs.values()), self.rounds, self.events, self.utilization, self.deadlocks,
+                       self.total_gpus)
+
+    def _training_share(self, now_s: float) -> float:
+        """The share of GPUs training from this round to the next: a job in its restart delay counts for the part of
+        the round after it (the delay is not training)."""
+        if not self.total_gpus:
+            return 0.0
+        delayed = 0.0
+        self.restarting = [run for run in self.restarting if run.running and run.train_from_s > now_s]
+        for run in self.restarting:
+            delayed += run.grant.gpus * min((run.train_from_s - now_s) / self.interval_s, 1.0)
+        return max(self.training_gpus - delayed, 0.0) / self.total_gpus
 
     def _idle_for_good(self) -> bool:
         """No job runs, none has replicas waiting at the scheduler, none arrives, and the policy granted nothing:
@@ -199,7 +215,10 @@ class Simulator:
         elapsed_s = until_s - run.updated_s
         training_s = max(0.0, until_s - max(run.updated_s, run.train_from_s))
         run.progress = min(run.total_progress, run.progress + run.rate * training_s)
-        run.attained_gpu_s += gpus * elapsed_s
+        run.attained_gpu_s += gpus * elapsed_s  # the restart delay included (Tiresias's service, the artifact's)
+        if run.running:
+            run.training_gpu_s += gpus * training_s
+            run.restart_gpu_s += gpus * (elapsed_s - training_s)
         cost = elapsed_s * self._price_s(run)
         run.spent += cost
         run.updated_s = until_s
@@ -294,7 +313,6 @@ class Simulator:
     def _stop_segment(self, run: JobRun, now_s: float) -> None:
         if run.running:
             self._account(run, now_s)
-            run.restarts += 1
             self.training_gpus -= run.grant.gpus
         run.running = False
         run.nodes = {}
@@ -356,8 +374,11 @@ class Simulator:
         run.nodes = dict(self.placement.nodes_of(run.name))
         run.updated_s = now_s
         run.train_from_s = now_s + self.restart_s
+        self.restarting.append(run)
         if run.started_s is None:
             run.started_s = now_s
+        else:  # the artifact counts every placement after the first (its num_restarts)
+            run.restarts += 1
         run.segments.append({"start_s": now_s, "end_s": now_s, "gpus": run.grant.gpus, "batch": run.grant.batch,
                              "nodes": dict(sorted(run.nodes.items())), "cost": 0.0})
         self._set_rate(run)

@@ -73,6 +73,38 @@ def _time_weighted(samples: list[tuple[float, float]], end_s: float) -> float | 
     return _round(sum(share * (times[i + 1] - times[i]) for i, (_, share) in enumerate(samples)) / span_s, 4)
 
 
+def _span_s(samples: list[tuple[float, float]], end_s: float) -> float:
+    """The time utilization is measured over: from the first round to the end (as `_time_weighted`)."""
+    return max(end_s, samples[-1][0]) - samples[0][0] if samples else 0.0
+
+
+def thrash(run: JobRun) -> int:
+    """Restarts that went back to the allocation before the last one (A -> B -> A in GPUs): allocation thrash."""
+    gpus = [segment["gpus"] for segment in run.segments]
+    return sum(1 for i in range(2, len(gpus)) if gpus[i] == gpus[i - 2] != gpus[i - 1])
+
+
+def _gpu_time(outcome: Outcome, runs: list[JobRun], end_s: float) -> dict:
+    """Utilization as GPU time spent training (restart delays apart), and what restarts cost, per run."""
+    span_s = _span_s(outcome.utilization, end_s)
+    capacity = outcome.total_gpus * span_s
+    training = sum(r.training_gpu_s for r in runs)
+    restart = sum(r.restart_gpu_s for r in runs)
+    if capacity > 0:
+        utilization = _round(training / capacity, 4)
+        restart_share = _round(restart / capacity, 4)
+    else:  # no cluster size given (an Outcome built by hand): the rounds' samples
+        utilization, restart_share = _time_weighted(outcome.utilization, end_s), None
+    return {
+        "utilization": utilization,
+        "restart_share": restart_share,
+        "restart_gpu_hours": _round(restart / 3600),
+        "restarts_per_job": _round(sum(r.restarts for r in runs) / len(runs)) if runs else None,
+        "max_restarts": max((r.restarts for r in runs), default=0),
+        "thrash_restarts": sum(thrash(r) for r in runs),
+    }
+
+
 def summary(outcome: Outcome, run_id: str, settings: Mapping) -> dict:
     """summary.json: the run's makespan and statistics, then every job's outcome (in arrival order)."""
     runs = sorted(outcome.jobs, key=lambda r: (r.spec.arrival_s, r.name))
@@ -100,7 +132,7 @@ def _stats(outcome: Outcome, runs: list[JobRun], end_s: float, makespan_s: float
         "completed": int(len(jcts)),
         **_jct_stats(jcts),
         "makespan_s": makespan_s,
-        "utilization": _time_weighted(outcome.utilization, end_s),
+        **_gpu_time(outcome, runs, end_s),
         "deadlocked_jobs": sum(1 for r in runs if r.deadlocked),
         "deadlock_rounds": outcome.deadlocks,
         "held_gpu_hours": _round(sum(r.held_gpu_s for r in runs) / 3600),
@@ -129,6 +161,7 @@ def _job_summary(run: JobRun) -> dict:
         "budget": None if run.budget is None else _round(run.budget, 6),
         "workers": run.segments[-1]["gpus"] if run.segments else 0, "servers": 0,
         "application": run.spec.app, "requested_gpus": run.spec.gpus, "restarts": run.restarts,
+        "restart_gpu_s": _round(run.restart_gpu_s), "thrash": thrash(run),
         "held_gpu_s": _round(run.held_gpu_s), "deadlocked": run.deadlocked,
         "queued_s": None if run.started_s is None else _round(run.started_s - run.spec.arrival_s),
     }

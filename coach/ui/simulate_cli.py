@@ -94,7 +94,9 @@ def cmd_simulate(args) -> int:
           f"p99 {hours(stats['p99_jct_s'])}, makespan {hours(stats['makespan_s'])}, "
           f"utilization {stats['utilization'] * 100 if stats['utilization'] is not None else 0:.1f}%")
     print(f"deadlocked jobs {stats['deadlocked_jobs']}, GPU-hours held by jobs that could not run "
-          f"{stats['held_gpu_hours']:.2f}, restarts {stats['restarts']}")
+          f"{stats['held_gpu_hours']:.2f}, restarts {stats['restarts']} ({stats['restarts_per_job']} per job, "
+          f"{stats['restart_gpu_hours']:.2f} GPU-hours in restart delays, {stats['thrash_restarts']} back to the "
+          f"allocation before)")
     print(f"results: {run_dir}")
     return 0
 
@@ -143,8 +145,9 @@ def add_commands(sub, subparser, epilog: str) -> None:
                           help="N nodes of G GPUs, or a cluster file whose slots are GPUs (default: %(default)s)")
     simulate.add_argument("--policy", required=True, choices=LazyChoices(_policy_names), metavar="POLICY",
                           help="scheduling policy: %(choices)s (required, no default)")
-    simulate.add_argument("--scheduler", choices=sorted(PROFILES), default="gang",
-                          help="scheduler_fork profile that places the replicas (default: %(default)s)")
+    simulate.add_argument("--scheduler", choices=sorted(PROFILES), default="gang-pack",
+                          help="scheduler_fork profile that places the replicas; gang-pack puts a job on as few nodes "
+                               "as it needs, as the Pollux artifact (default: %(default)s)")
     simulate.add_argument("--interval", type=number(1.0, MAX_INTERVAL_S), default=60.0, metavar="S",
                           help=f"seconds between scheduling rounds, 1 <= S <= {MAX_INTERVAL_S:g} (default: %(default)g)")
     simulate.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",

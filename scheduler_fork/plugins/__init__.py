@@ -11,7 +11,7 @@ from scheduler_fork.plugins.node_resources import NodeResourcesFit
 from scheduler_fork.plugins.node_rules import NodeAffinity, NodeUnschedulable, TaintToleration
 from scheduler_fork.plugins.node_slots import NodeSlotsFit
 from scheduler_fork.plugins.queue_sort import JobCreationOrder, PrioritySort
-from scheduler_fork.plugins.score import JobIsolation, LeastAllocated
+from scheduler_fork.plugins.score import JobIsolation, LeastAllocated, Packing
 
 #: Plugin name -> plugin (stateless; one instance serves every scheduler).
 PLUGINS = {
@@ -29,6 +29,7 @@ PLUGINS = {
         NodeSlotsFit(),
         JobIsolation(),
         LeastAllocated(),
+        Packing(),
         Coscheduling(),
         DefaultBinder(),
     )
@@ -46,6 +47,7 @@ __all__ = [
     "NodeResourcesFit",
     "NodeSlotsFit",
     "NodeUnschedulable",
+    "Packing",
     "PodGroupRoles",
     "PrioritySort",
     "QuorumFirst",

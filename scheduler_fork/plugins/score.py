@@ -77,3 +77,40 @@ class LeastAllocated:
 
     def node_overrides(self, state, pod: Pod) -> Mapping[int, int]:
         return {}
+
+
+class Packing:
+    """Fewest nodes per job, the job's own nodes first: how the Pollux artifact's GPU replicas sit (its policies
+    place a job on as few nodes as its GPUs need, filling one node before opening another).
+
+    A node that already holds a pod of this job scores 100. Any other node: when it has room for all of the job's
+    pods still pending, 50..99, the tighter the fit the higher (best fit: the rest of the job lands on that one
+    node and larger holes stay whole for larger jobs); when no room for them all, 0..49 by its free slots (the
+    emptiest node first, so the job spreads over as few nodes as it must). NormalizeScore leaves the scores as
+    they are. Ties (equal nodes) fall to the scheduler's seeded draw, as with every score.
+    """
+
+    name = "Packing"
+
+    def score(self, state, pod: Pod, node: int) -> int:
+        if pod.job in state.jobs_on[node]:
+            return MAX_NODE_SCORE
+        return self.bucket_score(state, pod, state.shape[node])
+
+    def normalize(self, scores: dict) -> dict:
+        return dict(scores)
+
+    def bucket_score(self, state, pod: Pod, shape) -> int:
+        capacity, free = shape.capacity, shape.free
+        if capacity == NO_SLOT_CAP or capacity <= 0:
+            return 0
+        ledger = state.jobs.get(pod.job)
+        need = max(ledger.n_pending if ledger is not None else 1, 1) * pod.slots  # this pod and the job's others
+        half = MAX_NODE_SCORE // 2
+        if free >= need:
+            return MAX_NODE_SCORE - 1 - (free - need) * (half - 1) // capacity
+        return max(free, 0) * (half - 1) // capacity
+
+    def node_overrides(self, state, pod: Pod) -> Mapping[int, int]:
+        """The nodes holding pods of this job score 100 whatever their bucket scores."""
+        return {node: MAX_NODE_SCORE for node in state.job_nodes.get(pod.job, ())}

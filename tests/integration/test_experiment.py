@@ -69,7 +69,7 @@ def test_the_shipped_matrices_are_valid():
 
 @pytest.mark.parametrize("changes, message", [
     ({"schedulers": ["gang", "kube"]},
-     "schedulers: unknown scheduler 'kube'; known: default, gang, gang-strict, gang-thesis"),
+     "schedulers: unknown scheduler 'kube'; known: default, gang, gang-pack, gang-strict, gang-thesis"),
     ({"allocation": ["auto"]}, "allocation: unknown allocation 'auto'; known: static, dynamic"),
     ({"repeats": 2}, "repeats: unknown field (did you mean 'repeat'?)"),
     ({"workers": 2}, "workers: set by the matrix (models, allocation, static), not allowed in the template"),
@@ -96,7 +96,7 @@ def test_coach_experiment_refuses_a_bad_matrix_with_exit_2_and_writes_nothing(tm
 
     assert main(["experiment", str(path), "--results", str(tmp_path / "results")]) == 2
 
-    assert capsys.readouterr().err == (f"{path}: schedulers: unknown scheduler 'gnag'; known: default, gang, "
+    assert capsys.readouterr().err == (f"{path}: schedulers: unknown scheduler 'gnag'; known: default, gang, gang-pack, "
                                        "gang-strict, gang-thesis (did you mean 'gang'?)\n")
     assert not (tmp_path / "results").exists()
     assert main(["experiment", str(TINY), "--repeat", "0"]) == 2

@@ -27,15 +27,19 @@ def test_a_simulated_run_writes_the_results_format_of_coach_run_with_its_plots(t
     code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "tiresias", "--results", str(tmp_path), "--quiet")
     assert code == 0
     run_dir = Path(out.strip())
-    assert run_dir == tmp_path / "sim-workload-1-tiresias-gang-s0"
+    assert run_dir == tmp_path / "sim-workload-1-tiresias-gang-pack-s0"  # replicas packed by default
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["policy"], summary["scheduler"], summary["gpus"]) == ("tiresias", "gang", 64)
+    assert (summary["policy"], summary["scheduler"], summary["gpus"]) == ("tiresias", "gang-pack", 64)
     assert len(summary["jobs"]) == 80 and summary["stats"]["completed"] == 80
     jcts = [job["jct_s"] for job in summary["jobs"].values()]
     assert all(jct > 0 for jct in jcts)
     assert summary["stats"]["avg_jct_s"] == pytest.approx(sum(jcts) / len(jcts), abs=1e-3)
     assert summary["makespan_s"] >= max(jcts)
     assert 0 < summary["stats"]["utilization"] <= 1
+    stats = summary["stats"]  # restart delays are not training: reported apart
+    assert stats["restart_gpu_hours"] == pytest.approx(sum(j["restart_gpu_s"] for j in summary["jobs"].values()) / 3600,
+                                                       abs=0.01)
+    assert stats["restarts_per_job"] == pytest.approx(stats["restarts"] / 80, abs=1e-3)
     logs = sorted(run_dir.glob("*.jsonl"))
     assert len(logs) == 80
     lines = [json.loads(line) for line in logs[0].read_text().splitlines()]
@@ -78,9 +82,9 @@ def test_gang_and_default_placement_compare_with_coach_compare_and_report(tmp_pa
 def test_a_summary_line_tells_jobs_per_second_and_the_statistics(tmp_path, capsys):
     code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "drf", "--results", str(tmp_path))
     assert code == 0
-    assert "80 jobs, policy drf, scheduler gang, cluster 16x4 (64 GPUs): 80 completed in" in out
+    assert "80 jobs, policy drf, scheduler gang-pack, cluster 16x4 (64 GPUs): 80 completed in" in out
     assert "jobs/s" in out and "events/s" in out and "avg JCT" in out and "p99" in out
-    assert out.strip().splitlines()[-1] == f"results: {tmp_path / 'sim-workload-1-drf-gang-s0'}"
+    assert out.strip().splitlines()[-1] == f"results: {tmp_path / 'sim-workload-1-drf-gang-pack-s0'}"
 
 
 def test_a_malformed_workload_is_one_line_naming_file_line_and_column(tmp_path, capsys):

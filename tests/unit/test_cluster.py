@@ -304,8 +304,8 @@ def test_an_invalid_top_level_price_is_reported_once_not_raised(tmp_path):
 def test_a_scheduler_that_is_a_list_is_reported_not_raised(tmp_path):
     path = write(tmp_path, ONE_NODE + "scheduler: [gang]\n")
 
-    assert error_lines(path) == [f"{path}: scheduler: unknown profile ['gang']; known: default, gang, gang-strict, "
-                                 "gang-thesis"]
+    assert error_lines(path) == [f"{path}: scheduler: unknown profile ['gang']; known: default, gang, gang-pack, "
+                                 "gang-strict, gang-thesis"]
 
 
 def test_a_cluster_file_that_is_not_utf8(tmp_path):

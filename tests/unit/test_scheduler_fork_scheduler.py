@@ -148,7 +148,7 @@ def test_submit_rejects_bad_input_and_changes_nothing():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="unknown profile 'fifo'; known: default, gang, gang-strict, gang-thesis"):
+    with pytest.raises(ValueError, match="unknown profile 'fifo'; known: default, gang, gang-pack, gang-strict, gang-thesis"):
         Scheduler([Node("n1", 1)], profile="fifo")
     with pytest.raises(ValueError, match="duplicate node name"):
         Scheduler([Node("n1", 1), Node("n1", 2)])

@@ -281,3 +281,53 @@ def test_a_policy_granting_more_than_the_cluster_is_stopped_with_its_job_named()
 
     with pytest.raises(ValueError, match=r"job 'a': gpus 5 outside \[1, 4\]"):
         run([SimJob("a", 0.0, "linear", 2, 64)], {"a": 1e5}, cluster(1, 4), Greedy())
+
+
+class Alternating:
+    """Elastic: one job alternating between 1 and 2 GPUs every round (allocation thrash)."""
+
+    elastic = True
+
+    def __init__(self):
+        self.rounds = 0
+
+    def allocate(self, snapshot):
+        self.rounds += 1
+        gpus = 1 + self.rounds % 2
+        return {job.name: Grant(gpus, 32 * gpus) for job in snapshot.jobs}
+
+
+def test_restart_delays_are_not_training_and_are_reported_apart():
+    from coach.simulator.results import summary
+
+    outcome = run([SimJob("a", 0.0, "linear", 1, 32)], {"a": 1_000_000.0}, cluster(1, 2), Alternating())
+    (result,) = outcome.jobs
+    stats = summary(outcome, "r", {})["stats"]
+    # every 60-s round restarts the job: 30 s of loading, 30 s of training, on 2 or 1 of the 2 GPUs
+    assert result.restarts == len(result.segments) - 1  # placements after the first, as the artifact counts them
+    assert result.restart_gpu_s == pytest.approx(result.training_gpu_s, rel=0.02)
+    assert stats["utilization"] == pytest.approx(0.75 / 2, abs=0.02)  # half of the 1.5 GPUs held, of 2
+    assert stats["restart_share"] == pytest.approx(stats["utilization"], abs=0.02)
+    assert stats["restart_gpu_hours"] == pytest.approx(result.restart_gpu_s / 3600, abs=0.01)
+    assert stats["thrash_restarts"] == len(result.segments) - 2  # every restart after the second goes back
+
+
+def test_gang_pack_puts_a_job_on_as_few_nodes_as_it_needs_its_own_first():
+    placement = ReplicaPlacement(cluster(4, 4), "gang-pack", seed=3)
+    for job, gpus in (("a", 4), ("b", 2), ("c", 6), ("d", 2)):
+        placement.register(job)
+        placement.submit(job, gpus)
+    placement.schedule(0.0)
+    nodes = {job: dict(placement.nodes_of(job)) for job in "abcd"}
+    assert sorted(nodes["a"].values()) == [4]  # one whole node
+    assert sorted(nodes["c"].values()) == [2, 4]  # a whole node, then the two left beside b
+    assert sorted(nodes["b"].values()) == [2] and sorted(nodes["d"].values()) == [2]
+    assert set(nodes["b"]) & set(nodes["c"]) and set(nodes["d"]).isdisjoint(nodes["c"])
+
+
+def test_the_gang_profile_spreads_where_gang_pack_packs():
+    spread = ReplicaPlacement(cluster(4, 4), "gang", seed=0)
+    spread.register("a")
+    spread.submit("a", 4)
+    spread.schedule(0.0)
+    assert len(spread.nodes_of("a")) > 1  # JobIsolation rates an empty node and the job's own alike

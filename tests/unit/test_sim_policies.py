@@ -175,8 +175,8 @@ def test_optimus_gives_the_next_gpu_to_the_bigger_reduction_in_remaining_time():
 
 def test_pollux_grows_the_batch_with_the_gpus():
     app = FakeApp(scale=0.97, half_local=64, phi=50.0)
-    one = Pollux().allocate(snap(job("a", app=app), nodes=(1,)))["a"]
-    eight = Pollux().allocate(snap(job("a", app=app), nodes=(8,)))["a"]
+    one = Pollux(ramp=False).allocate(snap(job("a", app=app), nodes=(1,)))["a"]
+    eight = Pollux(ramp=False).allocate(snap(job("a", app=app), nodes=(8,)))["a"]
     assert one.gpus == 1 and eight.gpus == 8
     assert eight.batch > one.batch
     assert (one.batch, eight.batch) == (app.best_batch(1, 1, 0.0)[0], app.best_batch(8, 1, 0.0)[0])
@@ -185,8 +185,8 @@ def test_pollux_grows_the_batch_with_the_gpus():
 def test_pollux_p_minus_one_is_fairer_than_the_sum_of_speedups():
     perfect, poor = FakeApp(scale=1.0), FakeApp(scale=0.8)
     jobs = [job("perfect", app=perfect), job("poor", arrival_s=1, app=poor)]
-    total_speedup = gpus_of(Pollux(p=1.0).allocate(snap(*jobs, nodes=(8,))))
-    fair = gpus_of(Pollux(p=-1.0).allocate(snap(*jobs, nodes=(8,))))
+    total_speedup = gpus_of(Pollux(p=1.0, ramp=False).allocate(snap(*jobs, nodes=(8,))))
+    fair = gpus_of(Pollux(p=-1.0, ramp=False).allocate(snap(*jobs, nodes=(8,))))
     assert total_speedup == {"perfect": 7, "poor": 1}
     assert fair["poor"] > total_speedup["poor"] and sum(fair.values()) == 8
 
@@ -277,3 +277,29 @@ def test_check_grants_names_the_broken_rule():
         check_grants(snapshot, {"a": Grant(1, 16)})
     with pytest.raises(ValueError, match="unknown job 'z'"):
         check_grants(snapshot, {"z": Grant(1, 64)})
+
+
+@dataclass(frozen=True)
+class DipApp(FakeApp):
+    """Goodput per GPU count as measured for bert around a node boundary: a dip at 5, far more at 16."""
+
+    def best_batch(self, gpus: int, nodes: int, progress: float) -> tuple[int, float]:
+        curve = {1: 1.0, 2: 1.9, 3: 2.9, 4: 4.07, 5: 4.02, 6: 4.1, 7: 4.2, 8: 6.0, 12: 8.5, 16: 10.3}
+        known = max(g for g in curve if g <= gpus)
+        return max(self.init_batch, gpus), curve[known]
+
+
+def test_pollux_steps_across_a_goodput_dip_at_a_node_boundary():
+    app = DipApp()
+    grants = Pollux(ramp=False).allocate(snap(job("bert", app=app, gpus=4), nodes=(4, 4, 4, 4)))
+    assert grants["bert"].gpus == 16  # one GPU at a time would stop at 4 (5 is worse)
+
+
+def test_pollux_ramp_lets_a_job_at_most_double_what_it_has_trained_on():
+    app = FakeApp(scale=1.0)
+    policy = Pollux()
+    assert gpus_of(policy.allocate(snap(job("a", app=app), nodes=(16,)))) == {"a": 1}  # not trained yet: 1
+    assert gpus_of(policy.allocate(snap(job("a", app=app, gpus=1), nodes=(16,)))) == {"a": 2}
+    assert gpus_of(policy.allocate(snap(job("a", app=app, gpus=2), nodes=(16,)))) == {"a": 4}
+    assert gpus_of(policy.allocate(snap(job("a", app=app), nodes=(16,)))) == {"a": 4}  # preempted: remembers 2
+    assert gpus_of(Pollux(ramp=False).allocate(snap(job("a", app=app), nodes=(16,)))) == {"a": 16}
