@@ -216,6 +216,24 @@ def utilization_plot(samples: Sequence[tuple[float, float]], path: Path, title: 
     return _labelled(figure, ax, path, ("hours since the first arrival", "GPUs training (%)", title))
 
 
+def utilization_overlay_plot(sides: Sequence[tuple[str, Sequence[tuple[float, float]]]], path: Path,
+                             title: str = "Cluster utilization") -> Path:
+    """Share of GPUs training against hours, one step line per side (a sweep's runs in one figure)."""
+    figure, (ax,) = _figure()
+    drawn = False
+    for label, samples in sides:
+        if samples:
+            drawn = True
+            ax.step([t_s / 3600 for t_s, _ in samples], [share * 100 for _, share in samples], where="post",
+                    label=label, linewidth=1.0)
+    if drawn:
+        ax.set_ylim(0, 105)
+        _legend(ax)
+    else:
+        _nothing(ax, "no rounds")
+    return _labelled(figure, ax, path, ("hours since the first arrival", "GPUs training (%)", title))
+
+
 def jct_cdf_plot(sides: Sequence[tuple[str, Sequence[float]]], path: Path, title: str = "JCT distribution") -> Path:
     """Empirical CDF of job completion times (hours, log axis), one line per side."""
     figure, (ax,) = _figure()

@@ -23,8 +23,8 @@ from typing import Callable, Mapping, Sequence
 from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
-from coach.simulator.grants import check_grants
-from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, ClusterPolicy
+from coach.simulator.grants import check_grants, fit_batch
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, ClusterPolicy, packed_nodes
 from coach.simulator.workloads import SimJob
 
 RESTART_S = 30.0  # a (re)started job's replicas load the checkpoint before training (the Pollux artifact's cost)
@@ -413,3 +413,13 @@ def _seconds_to_finish(app: AppModel, throughput: float, batch: int, progress: f
     inverse = [1.0 / max(throughput * app.efficiency(batch, progress + i * step), 1e-300)
                for i in range(INTEGRAL_POINTS)]
     return step * (sum(inverse) - (inverse[0] + inverse[-1]) / 2)
+
+
+def alone_s(run: JobRun, gpus_per_node: int, restart_s: float = RESTART_S) -> float:
+    """Seconds the job takes alone on the cluster at its request (GPUs packed, its batch fitted to them, one restart
+    delay): what its slowdown is measured against."""
+    app = run.app
+    gpus = max(1, min(run.spec.gpus, getattr(app, "max_gpus", run.spec.gpus)))
+    batch = fit_batch(app, gpus, run.spec.batch)
+    throughput = app.throughput(gpus, packed_nodes(gpus, gpus_per_node), batch)
+    return restart_s + _seconds_to_finish(app, throughput, batch, 0.0, run.total_progress)

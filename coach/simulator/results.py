@@ -14,7 +14,6 @@ from typing import Mapping
 
 import numpy as np
 
-from coach.analysis import plots
 from coach.domain.records import iso
 from coach.simulator.engine import JobRun, Outcome
 from coach.storage.results import standard_json, write_json_atomic
@@ -169,6 +168,8 @@ def _job_summary(run: JobRun) -> dict:
 
 def write(run_dir: Path, outcome: Outcome, run_id: str, settings: Mapping) -> dict:
     """Write the logs, summary.json, utilization.png and jct_cdf.png into run_dir; return the summary."""
+    from coach.analysis import plots  # here: matplotlib is a third of `coach simulate`'s start-up
+
     run_dir.mkdir(parents=True, exist_ok=True)
     for run in outcome.jobs:
         text = "".join(standard_json(line, f"{run.name}.jsonl") + "\n" for line in job_records(run, run_id))
@@ -176,14 +177,14 @@ def write(run_dir: Path, outcome: Outcome, run_id: str, settings: Mapping) -> di
     data = summary(outcome, run_id, settings)
     write_json_atomic(run_dir / "summary.json", data)
     label = f"{settings.get('policy')} / {settings.get('scheduler')}"
-    plots.utilization_plot(_thinned(outcome.utilization), run_dir / "utilization.png",
+    plots.utilization_plot(thinned(outcome.utilization), run_dir / "utilization.png",
                            f"Cluster utilization: {label}")
     plots.jct_cdf_plot([(label, [j["jct_s"] for j in data["jobs"].values() if j["jct_s"] is not None])],
                        run_dir / "jct_cdf.png")
     return data
 
 
-def _thinned(samples: list[tuple[float, float]], most: int = 5000) -> list[tuple[float, float]]:
+def thinned(samples: list[tuple[float, float]], most: int = 5000) -> list[tuple[float, float]]:
     """At most `most` samples (every k-th), so a months-long trace still plots in a second."""
     step = max(1, math.ceil(len(samples) / most))
     return samples[::step]

@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.inputs.cluster import load_cluster
 from coach.simulator.apps import job_total_progress, load_apps
-from coach.simulator.engine import Outcome, Simulator
+from coach.simulator.engine import RESTART_S, Outcome, Simulator
 from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.results import START_S
 from coach.simulator.view import packed_nodes
@@ -75,6 +75,7 @@ class Settings:
     seed: int = 0
     traces: Path | None = None
     budget_factor: float | None = None  # each job may spend this many times its cost at its request; None: no limit
+    restart_s: float = RESTART_S  # seconds a (re)started job loads its checkpoint before training
 
     @property
     def run_id(self) -> str:
@@ -84,7 +85,7 @@ class Settings:
     def as_dict(self) -> dict:
         return {"workload": str(self.workload), "cluster": self.cluster.name, "gpus": self.cluster.total_slots,
                 "policy": self.policy, "scheduler": self.scheduler, "interval_s": self.interval_s, "seed": self.seed,
-                "budget_factor": self.budget_factor}
+                "budget_factor": self.budget_factor, "restart_s": self.restart_s}
 
 
 def _budgets(jobs: list[SimJob], apps, totals, price_per_gpu_s: float, factor: float, gpus_per_node: int) -> dict:
@@ -112,8 +113,10 @@ def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None)
     budgets = None if settings.budget_factor is None else _budgets(
         jobs, apps, totals, price, settings.budget_factor, per_node)
     policy = CLUSTER_POLICIES[settings.policy](settings.seed)
+    if hasattr(policy, "restart_s"):  # a policy that prices restarts (pollux) prices the simulated ones
+        policy.restart_s = settings.restart_s
     simulator = Simulator(jobs, apps, totals, cluster, policy, settings.scheduler, settings.interval_s, settings.seed,
-                          budgets, on_round=on_round)
+                          budgets, restart_s=settings.restart_s, on_round=on_round)
     outcome = simulator.run()
     latest_s = max((r.finished_s if r.finished_s is not None else r.updated_s for r in outcome.jobs), default=0.0)
     if not latest_s <= MAX_SIMULATED_S:  # results date every event: refuse before writing any of them

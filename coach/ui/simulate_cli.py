@@ -5,6 +5,7 @@ Parses options, shows progress, prints the statistics; coach.simulator.session d
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
-from coach.ui.errors import LazyChoices, fail, integer, number
+from coach.ui.errors import fail, integer, number
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
@@ -64,9 +65,13 @@ def cmd_simulate(args) -> int:
         return fail([str(error)])
     except ClusterFileError as error:
         return fail(error.lines)
-    profile = args.scheduler
-    settings = Settings(Path(args.workload), cluster, args.policy, profile, args.interval, args.seed,
-                        Path(args.traces) if args.traces else None, args.budget_factor)
+    if len(args.policy) > 1 or len(args.workload) > 1:  # a sweep: every run, then one comparison
+        from coach.ui.simulate_sweep import cmd_sweep
+
+        return cmd_sweep(args, cluster)
+    profile, policy = args.scheduler, args.policy[0]
+    settings = Settings(Path(args.workload[0]), cluster, policy, profile, args.interval, args.seed,
+                        Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
     progress, on_round = _progress(args.quiet)
     started = time.perf_counter()
     try:
@@ -87,7 +92,7 @@ def cmd_simulate(args) -> int:
         return 0
     stats = summary["stats"]
     hours = lambda s: "-" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
-    print(f"{count} jobs, policy {args.policy}, scheduler {profile}, cluster {cluster.name} "
+    print(f"{count} jobs, policy {policy}, scheduler {profile}, cluster {cluster.name} "
           f"({cluster.total_slots} GPUs): {stats['completed']} completed in {elapsed_s:.1f} s "
           f"({count / max(elapsed_s, 1e-9):.0f} jobs/s, {stats['events'] / max(elapsed_s, 1e-9):.0f} events/s)")
     print(f"avg JCT {hours(stats['avg_jct_s'])}, median {hours(stats['median_jct_s'])}, "
@@ -101,14 +106,14 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def _progress(quiet: bool):
-    """A rich progress bar on stderr (jobs finished), or nothing with --quiet."""
+def _progress(quiet: bool, label: str = "simulating"):
+    """A rich progress bar on stderr (jobs finished), or nothing with --quiet. `label`: a sweep's run i/n."""
     if quiet:
         return None, None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
+    progress = Progress(TextColumn(label.replace("[", r"\[")), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
                         TimeElapsedColumn(), TextColumn("{task.fields[clock]}"),
                         console=Console(file=sys.stderr), transient=True)
     state = {"task": None, "total": 0, "shown_s": 0.0}
@@ -127,6 +132,18 @@ def _progress(quiet: bool):
     return progress, on_round
 
 
+def _policy_list(text: str) -> list[str]:
+    """`a,b,c` -> the policies, each known, none twice."""
+    names = [name.strip() for name in text.split(",")]
+    known = _policy_names()
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(f"unknown policy {name!r}; known: {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"a policy named twice in {text!r}")
+    return names
+
+
 def _policy_names() -> list[str]:
     from coach.simulator.policies import CLUSTER_POLICIES
 
@@ -138,18 +155,22 @@ def add_commands(sub, subparser, epilog: str) -> None:
 
     simulate = subparser(sub, "simulate", epilog=epilog,
                          help="simulate a workload of GPU jobs under a scheduling policy (Pollux workloads, Philly)")
-    simulate.add_argument("workload", metavar="WORKLOAD",
+    simulate.add_argument("workload", metavar="WORKLOAD", nargs="+",
                           help="a workload CSV (name,time,application,num_replicas,batch_size) or the Philly trace "
                                "(timestamp,duration,num_gpus,gpu_time,cluster)")
     simulate.add_argument("--cluster", default="16x4", metavar="NxG|FILE",
                           help="N nodes of G GPUs, or a cluster file whose slots are GPUs (default: %(default)s)")
-    simulate.add_argument("--policy", required=True, choices=LazyChoices(_policy_names), metavar="POLICY",
-                          help="scheduling policy: %(choices)s (required, no default)")
+    simulate.add_argument("--policy", required=True, type=_policy_list, metavar="POLICY[,POLICY...]",
+                          help="scheduling policy, or several separated by commas (a sweep: one comparison of all "
+                               "runs); an unknown name is answered with the list (required, no default)")
     simulate.add_argument("--scheduler", choices=sorted(PROFILES), default="gang-pack",
                           help="scheduler_fork profile that places the replicas; gang-pack puts a job on as few nodes "
                                "as it needs, as the Pollux artifact (default: %(default)s)")
     simulate.add_argument("--interval", type=number(1.0, MAX_INTERVAL_S), default=60.0, metavar="S",
                           help=f"seconds between scheduling rounds, 1 <= S <= {MAX_INTERVAL_S:g} (default: %(default)g)")
+    simulate.add_argument("--restart-s", type=number(0.0, MAX_INTERVAL_S), default=30.0, metavar="S",
+                          help="seconds a (re)started job loads its checkpoint before training (default: %(default)g, "
+                               "the Pollux artifact's)")
     simulate.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
                           help=f"seed (ties, the Philly application mapping), 0 <= N <= {MAX_SEED} (default: %(default)s)")
     simulate.add_argument("--traces", metavar="DIR",

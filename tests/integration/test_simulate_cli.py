@@ -106,7 +106,10 @@ def test_a_malformed_workload_is_one_line_naming_file_line_and_column(tmp_path, 
 @pytest.mark.parametrize("args, expected", [
     (["--cluster", "0x4"], "--cluster: 0x4: expected NODESxGPUS"),
     (["--cluster", "16x4", "--interval", "0"], "argument --interval"),
-    (["--policy", "nope"], "argument --policy: invalid choice"),
+    (["--policy", "nope"], "argument --policy: unknown policy 'nope'; known: fifo,"),
+    (["--policy", "tiresias,nope"], "argument --policy: unknown policy 'nope'"),
+    (["--policy", "drf,drf"], "argument --policy: a policy named twice"),
+    (["--restart-s", "-1"], "argument --restart-s"),
     (["--seed", "-1"], "argument --seed"),
     (["--budget-factor", "nan"], "argument --budget-factor"),
 ])
@@ -136,3 +139,42 @@ def test_a_budget_factor_caps_every_jobs_spending(tmp_path, capsys):
     for job in summary["jobs"].values():
         assert job["total_cost"] <= job["budget"] + 1e-6
     assert summary["stats"]["completed"] > 0
+
+
+def test_simulate_imports_no_mxnet_unless_a_learned_policy_asks(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from coach.ui.cli import main; "
+            f"assert main(['simulate', {str(HALF_LOAD)!r}, '--policy', 'tiresias,pollux', '--results', "
+            f"{str(tmp_path)!r}, '--quiet']) == 0; "
+            "print('mxnet' in sys.modules, 'matplotlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False True"  # no MXNet; matplotlib for the plots, at the end
+
+
+def test_several_policies_in_one_command_write_every_run_and_one_paired_comparison(tmp_path, capsys):
+    code, out, _ = simulate(capsys, str(HALF_LOAD), "--policy", "tiresias,drf", "--results", str(tmp_path),
+                            "--restart-s", "10", "--interval", "120")
+    assert code == 0
+    sweep = Path(out.strip().splitlines()[-1])
+    assert sweep == tmp_path / "sweep-workload-1-tiresias-drf-gang-pack-s0"
+    assert {p.name for p in sweep.iterdir()} == {"comparison.json", "comparison.md", "jct_cdf.png", "utilization.png"}
+    data = json.loads((sweep / "comparison.json").read_text())
+    assert [row["policy"] for row in data["runs"]] == ["tiresias", "drf"]
+    assert (data["restart_s"], data["interval_s"]) == (10.0, 120.0)
+    for row in data["runs"]:
+        run = json.loads((tmp_path / f"sim-workload-1-{row['policy']}-gang-pack-s0" / "summary.json").read_text())
+        assert (run["restart_s"], run["interval_s"]) == (10.0, 120.0)
+        assert row["avg_jct_s"] == run["stats"]["avg_jct_s"]
+        assert 0 < row["jain_slowdown"] <= 1 and row["max_slowdown"] >= row["avg_slowdown"] >= 0.99
+    (pair,) = data["paired"]
+    assert (pair["a"], pair["b"], pair["pairs"]) == ("tiresias", "drf", 80)
+    assert pair["verdict"] in ("B faster", "B slower", "no detectable difference") and pair["detectable_s"] > 0
+    assert "| tiresias |" in out and "Paired over jobs" in out
+    # the same command writes the same comparison
+    again_dir = tmp_path / "again"
+    assert simulate(capsys, str(HALF_LOAD), "--policy", "tiresias,drf", "--results", str(again_dir),
+                    "--restart-s", "10", "--interval", "120")[0] == 0
+    assert (again_dir / sweep.name / "comparison.json").read_bytes() == (sweep / "comparison.json").read_bytes()
+

@@ -1,0 +1,138 @@
+"""`coach simulate W... --policy a,b,c`: several policies (and workloads) in one command, one comparison.
+
+Every (workload, policy) run is written as a single `coach simulate` writes it (its own folder, `coach compare`
+reads it); then a sweep folder gets comparison.json and comparison.md (per run: mean, median and p99 JCT,
+makespan, mean queueing, restarts, utilization, GPU time in restart delays, fairness; per policy against the
+first on the same workload: the paired tests over jobs), jct_cdf.png and utilization.png (every run overlaid).
+Fairness: each job's slowdown is its JCT over its time alone at its request (coach.simulator.engine.alone_s);
+per run, the mean and worst slowdown and Jain's index over the slowdowns.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from coach.ui.errors import fail
+
+
+def _label(policy: str, workload: Path, workloads: int) -> str:
+    return policy if workloads == 1 else f"{policy} @ {workload.stem}"
+
+
+def _row(label: str, policy: str, workload: Path, outcome, summary: dict, per_node: int, restart_s: float) -> dict:
+    from coach.analysis.paired import jain
+    from coach.simulator.engine import alone_s
+
+    stats = summary["stats"]
+    jobs = summary["jobs"]
+    slowdown = {r.name: jobs[r.name]["jct_s"] / alone_s(r, per_node, restart_s) for r in outcome.jobs
+                if jobs[r.name]["jct_s"] is not None}
+    queued = [j["queued_s"] for j in jobs.values() if j["queued_s"] is not None]
+    return {
+        "label": label, "policy": policy, "workload": str(workload),
+        "avg_jct_s": stats["avg_jct_s"], "median_jct_s": stats["median_jct_s"], "p99_jct_s": stats["p99_jct_s"],
+        "makespan_s": stats["makespan_s"], "avg_queued_s": round(statistics.fmean(queued), 3) if queued else None,
+        "restarts_per_job": stats["restarts_per_job"], "restart_gpu_hours": stats["restart_gpu_hours"],
+        "thrash_restarts": stats["thrash_restarts"], "utilization": stats["utilization"],
+        "avg_slowdown": round(statistics.fmean(slowdown.values()), 4) if slowdown else None,
+        "max_slowdown": round(max(slowdown.values()), 4) if slowdown else None,
+        "jain_slowdown": jain(list(slowdown.values())),
+        "jct_s": {name: j["jct_s"] for name, j in jobs.items() if j["jct_s"] is not None},
+        "slowdown": {name: round(value, 4) for name, value in sorted(slowdown.items())},
+    }
+
+
+def _pairs(rows: list[dict], policies: list[str]) -> list[dict]:
+    """Every policy against the first one, on each workload, paired over jobs."""
+    from coach.analysis.paired import paired
+
+    base = {row["workload"]: row for row in rows if row["policy"] == policies[0]}
+    found = []
+    for row in rows:
+        if row["policy"] != policies[0]:
+            a = base[row["workload"]]
+            found.append({"a": a["label"], "b": row["label"], **paired(a["jct_s"], row["jct_s"])})
+    return found
+
+
+def _hours(value) -> str:
+    return "-" if value is None else f"{value / 3600:.3f}"
+
+
+def _table(rows: list[dict], pairs: list[dict]) -> str:
+    lines = ["| run | mean JCT h | median h | p99 h | makespan h | queued h | restarts/job | restart GPU-h | "
+             "utilization | mean slowdown | max slowdown | Jain (slowdowns) |", "|---" * 12 + "|"]
+    for r in rows:
+        lines.append(f"| {r['label']} | {_hours(r['avg_jct_s'])} | {_hours(r['median_jct_s'])} | "
+                     f"{_hours(r['p99_jct_s'])} | {_hours(r['makespan_s'])} | {_hours(r['avg_queued_s'])} | "
+                     f"{r['restarts_per_job']} | {r['restart_gpu_hours']} | {r['utilization']} | {r['avg_slowdown']} | "
+                     f"{r['max_slowdown']} | {r['jain_slowdown']} |")
+    if pairs:
+        lines += ["", "Paired over jobs (B - A, JCT): mean difference, paired t-test and Wilcoxon p, the smallest "
+                  "mean difference the t-test detects (alpha 0.05, power 0.8).", "",
+                  "| A | B | jobs | mean diff h | t-test p | Wilcoxon p | detectable h | verdict |", "|---" * 8 + "|"]
+        for p in pairs:
+            lines.append(f"| {p['a']} | {p['b']} | {p['pairs']} | {_hours(p['mean_diff_s'])} | {p['t_p']} | "
+                         f"{p['wilcoxon_p']} | {_hours(p['detectable_s'])} | {p['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(sweep_dir: Path, rows: list[dict], pairs: list[dict], series: list, settings: dict) -> str:
+    from coach.analysis import plots
+    from coach.storage.results import write_json_atomic
+
+    sweep_dir.mkdir(parents=True)
+    write_json_atomic(sweep_dir / "comparison.json", {**settings, "runs": rows, "paired": pairs})
+    table = _table(rows, pairs)
+    (sweep_dir / "comparison.md").write_text(table, encoding="utf-8")
+    plots.jct_cdf_plot([(r["label"], list(r["jct_s"].values())) for r in rows], sweep_dir / "jct_cdf.png")
+    plots.utilization_overlay_plot(series, sweep_dir / "utilization.png")
+    return table
+
+
+def cmd_sweep(args, cluster) -> int:
+    """Run every (workload, policy); write each run and one comparison. Exit code as `coach simulate`'s."""
+    from coach.dl2 import ModelFileError
+    from coach.simulator import results
+    from coach.simulator.apps import AppTraceError
+    from coach.simulator.session import Settings, SimulationInputError, simulate
+    from coach.simulator.workloads import WorkloadError
+    from coach.ui.simulate_cli import _progress, _unique_dir
+
+    results_dir, workloads, policies = Path(args.results), [Path(w) for w in args.workload], args.policy
+    per_node = max(node.slots for node in cluster.nodes)
+    rows, series, total, done = [], [], len(workloads) * len(policies), 0
+    for workload in workloads:
+        for policy in policies:
+            done += 1
+            settings = Settings(workload, cluster, policy, args.scheduler, args.interval, args.seed,
+                                Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
+            progress, on_round = _progress(args.quiet, f"run {done}/{total}: {policy} on {workload.stem}")
+            started = time.perf_counter()
+            try:
+                outcome, _ = simulate(settings, on_round)
+            except (WorkloadError, SimulationInputError, AppTraceError, ModelFileError) as error:
+                return fail([str(error)])
+            finally:
+                if progress is not None and progress.live.is_started:
+                    progress.stop()
+            run_dir = _unique_dir(results_dir, settings.run_id)
+            summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+            label = _label(policy, workload, len(workloads))
+            rows.append(_row(label, policy, workload, outcome, summary, per_node, args.restart_s))
+            series.append((label, results.thinned(outcome.utilization)))
+            if not args.quiet:
+                print(f"[{done}/{total}] {label}: {time.perf_counter() - started:.1f} s -> {run_dir}", file=sys.stderr)
+    name = f"sweep-{workloads[0].stem[:60]}-{'-'.join(policies)[:80]}-{args.scheduler}-s{args.seed}"
+    sweep_dir = _unique_dir(results_dir, name)
+    table = _write(sweep_dir, rows, _pairs(rows, policies),
+                   series, {"workloads": [str(w) for w in workloads], "policies": policies,
+                            "scheduler": args.scheduler, "cluster": cluster.name, "interval_s": args.interval,
+                            "restart_s": args.restart_s, "seed": args.seed})
+    if not args.quiet:
+        print(table, end="")
+    print(sweep_dir)
+    return 0
