@@ -16,6 +16,7 @@ import pytest
 from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.grants import batch_bounds, check_grants, fit_batch, memory_bounds
 from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp
+from coach.simulator.policies.coach_policy import Coach
 from coach.simulator.policies.pollux import Pollux
 from coach.simulator.policies.tiresias import Tiresias
 from coach.simulator.view import ClusterSnapshot, Grant, ClusterJobView
@@ -217,7 +218,18 @@ def test_elastic_batch_dp_matches_brute_force_and_picks_the_fastest_batch():
 
 def test_coach_grows_until_the_next_gpu_gains_less_than_min_gain():
     app = FakeApp(scale=0.85)  # relative gain of GPU g+1: (g+1)/g * 0.85 - 1 -> 70%, 27%, 13%, 6.3%, 2%
-    assert gpus_of(CLUSTER_POLICIES["coach"](0).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 5}
+    assert gpus_of(Coach(min_gain=0.05).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 5}  # thesis's
+    # the simulator's default takes any gain (an idle GPU helps no one): 7 GPUs would be slower than 6
+    assert gpus_of(CLUSTER_POLICIES["coach"](0).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 6}
+
+
+def test_coach_grows_a_running_job_only_when_the_time_saved_pays_the_restart():
+    app = FakeApp(scale=1.0)  # 100 samples/s per GPU
+    nearly_done = job("a", app=app, gpus=1, progress=0.0, total=2_000.0)  # 20 s left on 1 GPU: < 30 s restart
+    assert gpus_of(Coach().allocate(snap(nearly_done, nodes=(8,)))) == {"a": 1}
+    assert gpus_of(Coach(restart_s=0.0).allocate(snap(nearly_done, nodes=(8,)))) == {"a": 8}
+    long_one = job("a", app=app, gpus=1, total=1e6)
+    assert gpus_of(Coach().allocate(snap(long_one, nodes=(8,)))) == {"a": 8}
 
 
 def test_coach_never_predicts_spending_more_than_the_remaining_budget():
