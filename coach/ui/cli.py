@@ -5,12 +5,32 @@ by coach.inputs before it is used, and whatever a user's file still manages to r
 UnicodeDecodeError) becomes one line and exit code 2 in `main`, never a traceback.
 """
 
+# ruff: noqa: E402 (the imports after the start-up signal handlers, on purpose)
 from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _interrupted_at_start(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signature)
+    """Ctrl-C or SIGTERM while the command's modules load: nothing has started or been written, so leave at once,
+    as `main` would (one line, exit code 130)."""
+    os.write(2, b"coach: interrupted\n")
+    os._exit(130)
+
+
+# From here until `main` takes over, a signal ends the process with one line, not a traceback from an import (the
+# window before this line is the interpreter's start-up and `import coach`: docs/commands.md, "Signals"). Only
+# when this process is the `coach` command: a test importing the module keeps its own handlers.
+_STANDALONE = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "coach"
+if _STANDALONE:
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_sig) is not signal.SIG_IGN:  # an ignored signal stays ignored (nohup, `cmd &`)
+            signal.signal(_sig, _interrupted_at_start)
 
 import argparse
 import json
-import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -445,7 +465,39 @@ def _missing_extra(command: str | None, error: ModuleNotFoundError) -> int:
 
 
 def main(argv=None) -> int:
-    """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included)."""
+    """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included).
+    SIGINT and SIGTERM raise KeyboardInterrupt from the first line on (parsing and lazy imports included): one line,
+    exit code 130, whatever the command was doing (its own handlers, if any, clean up first)."""
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays ignored (nohup, `cmd &`)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("coach: interrupted", file=sys.stderr)
+        if _STANDALONE:
+            _leave_interrupted()
+        return EXIT_INTERRUPTED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # the command's exit (stdout's flush) still leaves quietly on a signal
+
+
+def _leave_interrupted() -> None:
+    """Exit 130 now, after the atexit handlers and a flush of stdout and stderr. Not through the interpreter's own
+    exit: a KeyboardInterrupt that went through C code that ran Python (MXNet's import does) leaves CPython's flag
+    that makes it kill itself with SIGINT at exit (exit status -2, not 130)."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, or a closed stream
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _main(argv) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help, --version (0) or an argparse error, already printed (2)
@@ -466,9 +518,6 @@ def main(argv=None) -> int:
         return _fail([_file_error(error)])
     except ModuleNotFoundError as error:  # an install without the extra this command needs (the scheduler image)
         return _missing_extra(args.command, error)
-    except KeyboardInterrupt:
-        print("coach: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
