@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
@@ -51,11 +50,15 @@ from coach.dl2.training import (
     actor_critic_pass,
     atomic_write,
     check_ranges,
+    check_state,
     checkpoint_dir,
     imitation_epochs,
     jsonable,
     load_checkpoint,
+    load_network,
+    load_trainer,
     save_checkpoint,
+    save_network,
 )
 from coach.domain.cluster import ClusterSpec
 from coach.simulator.apps import job_total_progress, load_apps
@@ -400,6 +403,19 @@ def _check(settings: TrainSettings) -> None:
 
 
 
+#: state.json's keys beside version, settings, phase and done, and their kinds (coach.dl2.training.check_state)
+STATE_KINDS = {"imitation_losses": "numbers", "train_accuracy": "number?", "agreement": "figures?",
+               "reward_start": "number?", "episode_rewards": "numbers"}
+
+
+def _check_state(state: dict, path: Path, settings: TrainSettings) -> None:
+    """ValueError (one line naming the file) for a checkpoint's state this trainer did not write."""
+    check_state(state, path, {"imitation": settings.imitation_epochs, "rl": settings.rl_episodes}, STATE_KINDS)
+    wanted = {f.name for f in fields(Agreement)}
+    if state["agreement"] is not None and set(state["agreement"]) != wanted:
+        raise ValueError(f"{path}: agreement: expected the keys {', '.join(sorted(wanted))}")
+
+
 def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: ProgressCallback) -> TrainReport:
     allowed = teachers()
     if settings.imitate not in allowed:
@@ -412,7 +428,8 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
     state = load_checkpoint(folder, settings) if resume else None
     net = new_network(settings.seed, settings.hidden)
     if state is not None:
-        net.load_parameters(str(folder / "net.params"), ctx=mx.cpu())
+        _check_state(state, folder / "state.json", settings)
+        load_network(net, folder / "net.params")
     else:
         state = {"version": CHECKPOINT_VERSION, "settings": {k: jsonable(v) for k, v in asdict(settings).items()},
                  "phase": "imitation", "done": 0, "imitation_losses": [], "train_accuracy": None,
@@ -424,19 +441,19 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
     if state["phase"] == "imitation":
         trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.learning_rate})
         if state["done"]:
-            trainer.load_states(str(folder / "trainer.states"))
+            load_trainer(trainer, folder / "trainer.states")
         if settings.imitation_epochs > 0:
             train_set, held_set = teacher_decisions(settings, scenarios)
             imitation_epochs(net, trainer, train_set, settings, state, folder, on_progress)
             state["train_accuracy"] = action_accuracy(net, train_set)
             state["agreement"] = asdict(agreement(net, held_set))
-            net.save_parameters(str(imitation_model(out)))
+            save_network(net, imitation_model(out))
         state["phase"], state["done"] = "rl", 0
         save_checkpoint(folder, net, trainer, state)
 
     trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.rl_learning_rate})
     if state["done"]:  # the optimiser's moments too, so that a resumed run goes on exactly as an unbroken one
-        trainer.load_states(str(folder / "trainer.states"))
+        load_trainer(trainer, folder / "trainer.states")
     evaluation = evaluation_scenarios(settings, scenarios)
     if settings.rl_episodes > 0 and state["reward_start"] is None:
         state["reward_start"] = greedy_reward(net, settings, evaluation)
@@ -449,7 +466,7 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
             save_checkpoint(folder, net, trainer, state)
     report.reward_start = state["reward_start"]
     report.reward_end = greedy_reward(net, settings, evaluation) if settings.rl_episodes > 0 else None
-    net.save_parameters(str(out))
+    save_network(net, out)
     report.train_accuracy = state["train_accuracy"]
     report.agreement = Agreement(**state["agreement"]) if state["agreement"] else None
     report.episode_rewards = list(state["episode_rewards"])

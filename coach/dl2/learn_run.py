@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import mxnet as mx
 import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
@@ -48,10 +47,14 @@ from coach.dl2.training import (
     actor_critic_pass,
     atomic_write,
     check_ranges,
+    check_state,
     checkpoint_dir,
     imitation_epochs,
     load_checkpoint,
+    load_network,
+    load_trainer,
     save_checkpoint,
+    save_network,
 )
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
@@ -369,6 +372,28 @@ def train_counts(out: Path, seed: int = 0, *, imitate: str = "coach", resume: bo
         return _train(settings, Path(out), resume, on_progress or (lambda *_: None))
 
 
+#: state.json's keys beside version, settings, phase and done, and their kinds (coach.dl2.training.check_state)
+STATE_KINDS = {"level": "text", "imitation_losses": "numbers", "train_accuracy": "number?",
+               "held_out_accuracy": "number?", "held_out_rounds_same": "number?", "evaluation": "nested",
+               "episode_rewards": "numbers", "best": "figures", "selection": "figure-list"}
+
+
+def _check_state(state: dict, folder: Path, settings: CountsTrainSettings) -> None:
+    """ValueError (one line naming the file) for a checkpoint's state this trainer did not write."""
+    path = folder / "state.json"
+    check_state(state, path, {"imitation": settings.imitation_epochs, "rl": settings.rl_episodes}, STATE_KINDS,
+                optional=("best", "selection"))
+    if state["phase"] == "rl" and not _is_number(state.get("best", state["evaluation"].get("imitation", {})).get(
+            "jct_s")):
+        raise ValueError(f"{path}: best: expected the imitation's or best network's figures with jct_s")
+    if "best" in state and not (folder / "best.params").is_file():
+        raise ValueError(f"{folder / 'best.params'}: (file): no such file (the checkpoint's best network)")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: ProgressCallback) -> CountsReport:
     folder = checkpoint_dir(out)
     state = load_checkpoint(folder, settings) if resume else None
@@ -376,7 +401,8 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
         raise ValueError(f"{folder}: a checkpoint of another training; delete it or train without --resume")
     net = new_network(settings.seed, settings.hidden, COUNTS_SHAPE)
     if state is not None:
-        net.load_parameters(str(folder / "net.params"), ctx=mx.cpu())
+        _check_state(state, folder, settings)
+        load_network(net, folder / "net.params")
     else:
         state = {"version": CHECKPOINT_VERSION, "level": "run", "settings": asdict(settings), "phase": "imitation",
                  "done": 0, "imitation_losses": [], "train_accuracy": None, "held_out_accuracy": None,
@@ -387,14 +413,14 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
     if state["phase"] == "imitation":
         trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.learning_rate})
         if state["done"]:
-            trainer.load_states(str(folder / "trainer.states"))
+            load_trainer(trainer, folder / "trainer.states")
         if settings.imitation_epochs > 0:
             train_set, held_set = teacher_decisions(settings)
             imitation_epochs(net, trainer, train_set, settings, state, folder, on_progress)
             state["train_accuracy"] = _accuracy(net, train_set)
             state["held_out_accuracy"] = _accuracy(net, held_set)
             state["held_out_rounds_same"] = rounds_same(net, held_set)
-        net.save_parameters(str(imitation_model(out)))
+        save_network(net, imitation_model(out))
         state["evaluation"]["teacher"] = evaluate(_Teaching, settings, evaluation)
         fast = NumpyNet.of(net)
         state["evaluation"]["imitation"] = evaluate(lambda: _Sampling(fast, None), settings, evaluation)
@@ -403,10 +429,10 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
 
     trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.rl_learning_rate})
     if state["done"]:
-        trainer.load_states(str(folder / "trainer.states"))
+        load_trainer(trainer, folder / "trainer.states")
     best = folder / "best.params"
     if "best" not in state:  # the imitation network is the first candidate: RL is kept only where it does better
-        net.save_parameters(str(best))
+        save_network(net, best)
         state["best"] = {"episodes": 0, **state["evaluation"]["imitation"]}
     for number in range(state["done"], settings.rl_episodes):
         reward = rl_episode(net, trainer, settings, number)
@@ -418,14 +444,14 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
             figures = evaluate(lambda fast=fast: _Sampling(fast, None), settings, evaluation)
             state["selection"] = [*state.get("selection", []), {"episodes": number + 1, **figures}]
             if figures["jct_s"] < state["best"]["jct_s"]:
-                net.save_parameters(str(best))
+                save_network(net, best)
                 state["best"] = {"episodes": number + 1, **figures}
         if (number + 1) % settings.checkpoint_every == 0:
             save_checkpoint(folder, net, trainer, state)
     state["evaluation"]["last"] = state.get("selection", [{}])[-1] if settings.rl_episodes else {}
-    net.load_parameters(str(best), ctx=mx.cpu())
+    load_network(net, best)
     state["evaluation"]["final"] = state["best"]
-    net.save_parameters(str(out))
+    save_network(net, out)
     report = CountsReport(out, settings, state["train_accuracy"], state["held_out_accuracy"],
                           state["held_out_rounds_same"], state["evaluation"], list(state["episode_rewards"]),
                           list(state.get("selection", [])))

@@ -22,7 +22,7 @@ from mxnet import autograd, gluon
 from coach.dl2.network import ActorCritic
 from coach.dl2.observation import Observation, pad, padded_action
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: the optimiser's state as MXNet arrays, not pickled (save_trainer)
 
 #: (phase, done, total, metrics of the last step): what a progress bar shows
 ProgressCallback = Callable[[str, int, int, Mapping[str, float]], None]
@@ -154,11 +154,110 @@ def atomic_write(path: Path, text: str) -> None:
 
 def save_checkpoint(folder: Path, net: ActorCritic, trainer: gluon.Trainer, state: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    net.save_parameters(str(folder / "net.params.tmp"))
-    os.replace(folder / "net.params.tmp", folder / "net.params")
-    trainer.save_states(str(folder / "trainer.states.tmp"))
-    os.replace(folder / "trainer.states.tmp", folder / "trainer.states")
+    save_network(net, folder / "net.params")
+    save_trainer(trainer, folder / "trainer.states")
     atomic_write(folder / "state.json", json.dumps(state, indent=1))  # last: names a complete checkpoint
+
+
+def save_network(net: ActorCritic, path: Path) -> None:
+    """The network's parameters at `path`, written under a temporary name and renamed: never half a file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        net.save_parameters(str(temporary))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def load_network(net: ActorCritic, path: Path) -> None:
+    """Parameters written by `save_network` into `net`; ValueError (one line naming the file) for anything else: a
+    file that is not MXNet's, or one of another network's shapes."""
+    try:
+        net.load_parameters(str(path), ctx=mx.cpu())
+    except (mx.base.MXNetError, AssertionError, ValueError, KeyError, OSError) as error:
+        raise ValueError(f"{path}: (file): not this training's network ({_why(error)})") from None
+
+
+def _why(error: Exception) -> str:
+    """A short reason: MXNet's errors carry a C++ stack (and the word Traceback), so they get a sentence instead."""
+    if isinstance(error, mx.base.MXNetError):
+        return "MXNet cannot read it as saved arrays"
+    first = " ".join(str(error).split())
+    return (first[:120] + ("..." if len(first) > 120 else "")) or type(error).__name__
+
+
+#: The optimiser's state is stored as MXNet arrays (mx.nd.save: plain tensors, no code), never pickled: MXNet's own
+#: Trainer.save_states pickles the optimiser, and unpickling a file in a folder someone else could write runs code.
+#: Keys: "state:<param>:<k>" (the k-th array of the parameter's state), "count:<param>", "num_update".
+def save_trainer(trainer: gluon.Trainer, path: Path) -> None:
+    """The optimiser's moments and update counts at `path` (mx.nd.save, under a temporary name, then renamed)."""
+    updater, optimizer = _updater(trainer)
+    arrays = {"num_update": mx.nd.array([optimizer.num_update], dtype="int64")}
+    for index, state in updater.states.items():
+        parts = state if isinstance(state, (tuple, list)) else (state,)
+        for k, part in enumerate(parts):
+            if not isinstance(part, mx.nd.NDArray):
+                raise TypeError(f"optimiser state of parameter {index}: {type(part).__name__}, expected NDArrays")
+            arrays[f"state:{index}:{k}"] = part
+    for index, count in optimizer._index_update_count.items():
+        arrays[f"count:{index}"] = mx.nd.array([count], dtype="int64")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        mx.nd.save(str(temporary), arrays)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def load_trainer(trainer: gluon.Trainer, path: Path) -> None:
+    """What `save_trainer` wrote, into `trainer` (whose network is loaded); ValueError (one line naming the file)
+    for a file that is not MXNet arrays, or whose arrays do not fit the network's parameters."""
+    try:
+        arrays = mx.nd.load(str(path))
+    except (mx.base.MXNetError, OSError, ValueError) as error:
+        raise ValueError(f"{path}: (file): not an optimiser state of coach train-policy ({_why(error)})") from None
+    updater, optimizer = _updater(trainer)
+    shapes = {index: param.shape for index, param in enumerate(trainer._params)}
+    states, counts, num_update = _trainer_arrays(arrays, shapes, path)
+    updater.states = {index: parts[0] if len(parts) == 1 else tuple(parts) for index, parts in states.items()}
+    updater.states_synced = dict.fromkeys(updater.states, False)
+    optimizer._index_update_count.clear()  # in place: the optimiser's per-device table holds this very dict
+    optimizer._index_update_count.update(counts)
+    optimizer.num_update = num_update
+
+
+def _updater(trainer: gluon.Trainer):
+    """The trainer's single updater and its optimiser (one CPU context, no kvstore: how the trainers run)."""
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    if trainer._update_on_kvstore or len(trainer._updaters) != 1:
+        raise TypeError("save_trainer/load_trainer: expected one updater and no kvstore")
+    return trainer._updaters[0], trainer._updaters[0].optimizer
+
+
+def _trainer_arrays(arrays, shapes: Mapping[int, tuple], path: Path) -> tuple[dict, dict, int]:
+    """(states by parameter, update counts by parameter, num_update) from save_trainer's arrays; ValueError naming
+    the file for a key, shape or count that this network's parameters do not have."""
+    def wrong(what: str) -> ValueError:
+        return ValueError(f"{path}: (file): not an optimiser state of this network ({what})")
+
+    if not isinstance(arrays, dict) or "num_update" not in arrays:
+        raise wrong("no num_update")
+    states: dict[int, list] = {}
+    counts: dict[int, int] = {}
+    for key, array in sorted(arrays.items()):
+        kind, _, rest = key.partition(":")
+        index_text, _, part = rest.partition(":")
+        index = int(index_text) if index_text.isdigit() and len(index_text) < 7 else -1
+        if kind == "state" and index in shapes and part.isdigit() and array.shape == shapes[index]                 and array.dtype == np.float32 and int(part) == len(states.get(index, [])):
+            states.setdefault(index, []).append(array)
+        elif kind in ("count", "num_update") and array.shape == (1,) and array.dtype == np.int64                 and 0 <= int(array.asscalar()) <= 2**40 and (kind == "num_update" or index in shapes):
+            counts[index] = int(array.asscalar())
+        else:
+            raise wrong(f"array {key[:40]!r}")
+    return states, {i: c for i, c in counts.items() if i >= 0}, counts[-1]
 
 
 def load_checkpoint(folder: Path, settings) -> dict | None:
@@ -176,6 +275,59 @@ def load_checkpoint(folder: Path, settings) -> dict | None:
         raise ValueError(f"{path}: made with other settings ({', '.join(differs)}); resume with the same ones, "
                          f"or delete {folder}")
     return state
+
+
+#: What a checkpoint's state.json may hold beside version, settings, phase and done, by kind of value: "numbers" a
+#: list of numbers, "number?" a number or null, "figures" / "figures?" an object of numbers (or null), "nested" an
+#: object of such objects, "figure-list" a list of them, "text" a string. A trainer names its keys and their kinds.
+_KINDS: dict[str, Callable[[Any], bool]] = {}
+_KIND_NAMES = {"numbers": "a list of numbers", "number?": "a number or null", "figures": "an object of numbers",
+               "figures?": "an object of numbers or null", "nested": "an object of objects of numbers",
+               "figure-list": "a list of objects of numbers", "text": "a string"}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_figures(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and (v is None or _is_number(v)) for k, v in value.items())
+
+
+_KINDS.update({
+    "numbers": lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
+    "number?": lambda v: v is None or _is_number(v),
+    "figures": _is_figures,
+    "figures?": lambda v: v is None or _is_figures(v),
+    "nested": lambda v: isinstance(v, dict) and all(_is_figures(x) for x in v.values()),
+    "figure-list": lambda v: isinstance(v, list) and all(_is_figures(x) for x in v),
+    "text": lambda v: isinstance(v, str),
+})
+
+
+def check_state(state: dict, path: Path, totals: Mapping[str, int], kinds: Mapping[str, str],
+                optional: Sequence[str] = ()) -> dict:
+    """`state` (a loaded checkpoint's) when its values are what the trainer writes, else ValueError naming the file
+    and the key: a phase of `totals` whose `done` is a whole number in [0, total], and every key of `kinds` present
+    (those of `optional` may be absent) with a value of its kind (_KINDS). Nothing of a checked state can make the
+    training raise later or skip its work."""
+    phase, done = state.get("phase"), state.get("done")
+    if phase not in totals:
+        raise ValueError(f"{path}: phase: {short_repr(phase)}, expected one of {', '.join(totals)}")
+    if not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= totals[phase]:
+        raise ValueError(f"{path}: done: {short_repr(done)}, expected a whole number from 0 to {totals[phase]} "
+                         f"(the {phase} phase's total)")
+    for key, kind in kinds.items():
+        if key not in state and key in optional:
+            continue
+        if key not in state or not _KINDS[kind](state[key]):
+            raise ValueError(f"{path}: {key}: {short_repr(state.get(key))}, expected {_KIND_NAMES[kind]}")
+    return state
+
+
+def short_repr(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def jsonable(value):

@@ -72,12 +72,13 @@ TRAINERS = {"cluster": _train_cluster, "run": _train_run}
 
 
 def cmd_train_policy(args) -> int:
+    from coach.ui.outputs import output_file_problem
+
     out = Path(args.out)
-    if out.is_dir():
-        return fail([f"--out: {args.out}: is a folder, expected the model file to write"])
-    if not out.parent.is_dir():
-        return fail([f"--out: {out.parent}: no such folder"])
-    progress, on_progress = _progress(args.quiet)
+    problem = output_file_problem(out)
+    if problem is not None:  # before minutes of training, not after
+        return fail([f"--out: {args.out}: {problem}"])
+    progress, on_progress = _progress(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     try:
         report = TRAINERS[args.level](args, out, on_progress)
     except ValueError as error:  # workloads, traces, settings, a checkpoint of other settings: one line each
@@ -85,7 +86,7 @@ def cmd_train_policy(args) -> int:
     except OSError as error:
         return fail([f"--out: {args.out}: {error.strerror or error}"])
     finally:
-        if progress is not None:
+        if progress is not None and progress.live.is_started:  # stopping one never started prints an empty line
             progress.stop()
     print(json.dumps({key: value for key, value in report.as_dict().items() if key != "episode_rewards"}, indent=1))
     print(f"model: {report.out}")
