@@ -72,19 +72,19 @@ def cmd_simulate(args) -> int:
     profile, policy = args.scheduler, args.policy[0]
     settings = Settings(Path(args.workload[0]), cluster, policy, profile, args.interval, args.seed,
                         Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
-    progress, on_round = _progress(args.quiet)
+    progress, on_round = _progress(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     started = time.perf_counter()
     try:
         outcome, count = simulate(settings, on_round)
     except (WorkloadError, SimulationInputError, AppTraceError, ModelFileError) as error:
         return fail([str(error)])
     finally:
-        if progress is not None:
+        if progress is not None and progress.live.is_started:  # stopping one never started prints an empty line
             progress.stop()
     elapsed_s = time.perf_counter() - started
     run_dir = _unique_dir(results_dir, settings.run_id)
     try:
-        summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+        summary = _write_whole(results, run_dir, outcome, settings)
     except OSError as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
         return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
     if args.quiet:
@@ -104,6 +104,24 @@ def cmd_simulate(args) -> int:
           f"allocation before)")
     print(f"results: {run_dir}")
     return 0
+
+
+def _write_whole(results, run_dir: Path, outcome, settings) -> dict:
+    """results.write into a hidden temporary folder beside run_dir, renamed to run_dir once complete: a Ctrl-C, a
+    SIGTERM or a full disk while thousands of logs are written leaves no half run folder (the temporary one is
+    removed)."""
+    import shutil
+
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = run_dir.parent / f".{run_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)  # a leftover of a killed (SIGKILL) process of the same id
+    partial.mkdir()  # the umask's mode, as the run folder's
+    try:
+        summary = results.write(partial, outcome, settings.run_id, settings.as_dict())
+        os.rename(partial, run_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # gone already when renamed
+    return summary
 
 
 def _progress(quiet: bool, label: str = "simulating"):
