@@ -1,0 +1,273 @@
+"""Every `coach` subcommand, given hostile input or a signal, as a real process under a memory and time limit: the
+documented exit code, exactly one line on stderr, no traceback, nothing written (issue 37, items 3, 3b and 5).
+
+A case is (argv, setup, expected exit code, what its one stderr line says); `setup` prepares the folder the
+command runs in and returns what else it may touch. The table must name every subcommand of `coach --help`
+(test_every_subcommand_has_a_case), so a new one cannot be left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import pytest
+
+from coach.ui.cli import build_parser
+from tests.support import pollux_data
+
+REPO = Path(__file__).resolve().parents[2]
+COACH = [sys.executable, "-m", "coach.ui.cli"]
+MEMORY_BYTES = 2 * 1024**3  # RLIMIT_AS of every command: a command must not need more to refuse bad input
+TIMEOUT_S = 30.0
+JOB = REPO / "jobs" / "lenet-mnist.yaml"
+TINY_MATRIX = REPO / "jobs" / "experiments" / "tiny.yaml"
+
+
+def _limits() -> None:  # preexec_fn: in the child, before exec
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    os.setsid()  # its own process group: a signal case reaches the command and what it started, nothing else
+
+
+class Case(NamedTuple):
+    argv: list[str]
+    says: str  # a fragment of the one stderr line
+    code: int = 2
+    setup: Callable[[Path], None] = lambda _: None
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    return lambda folder: os.mkfifo(folder / name)
+
+
+def _write(name: str, text: str | bytes) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    return setup
+
+
+def _checkpoint(state: object, net: bytes | None = b"", trainer: bytes | None = b"") -> Callable[[Path], None]:
+    """A folder m.params.ckpt/ whose state.json is `state` (as settings of `_TRAIN_RUN`) and whose network and
+    optimiser files hold the given bytes (None: absent)."""
+    def setup(folder: Path) -> None:
+        ckpt = folder / "m.params.ckpt"
+        ckpt.mkdir()
+        (ckpt / "state.json").write_text(json.dumps(state))
+        for name, data in (("net.params", net), ("trainer.states", trainer)):
+            if data is not None:
+                (ckpt / name).write_bytes(data)
+    return setup
+
+
+_TRAIN_RUN = ["train-policy", "--level", "run", "--imitate", "coach", "--imitation-epochs", "1", "--rl-episodes",
+              "1", "--teacher-episodes", "1", "--eval-episodes", "1", "--episode-jobs", "4", "--quiet"]
+_SETTINGS = {"imitate": "coach", "seed": 0, "nodes": 4, "slots_per_node": 6, "min_jobs": 4, "episode_jobs": 4,
+             "hidden": 32, "teacher_episodes": 1, "held_out": 0.2, "imitation_epochs": 1, "batch_size": 128,
+             "learning_rate": 0.003, "rl_episodes": 1, "rl_learning_rate": 0.0003, "reward": "progress",
+             "gamma": 0.5, "discount_s": 30.0, "entropy": 0.01, "value_weight": 0.5, "eval_episodes": 1,
+             "select_every": 250, "checkpoint_every": 10}
+
+
+def _state(**changes) -> dict:
+    state = {"version": 2, "level": "run", "settings": _SETTINGS, "phase": "rl", "done": 0, "imitation_losses": [],
+             "train_accuracy": None, "held_out_accuracy": None, "held_out_rounds_same": None,
+             "evaluation": {"imitation": {"jct_s": 1.0}}, "episode_rewards": []}
+    return {**state, **changes}
+
+
+#: The unreachable server of the clients (a port nothing listens on: 1 needs root to bind)
+NOWHERE = "http://127.0.0.1:1"
+
+CASES: dict[str, list[Case]] = {
+    "validate": [Case(["validate", "missing.yaml"], "missing.yaml"),
+                 Case(["validate", "fifo.yaml"], "fifo.yaml", setup=_fifo("fifo.yaml"))],
+    "run": [Case(["run", "missing.yaml", "--results", "out"], "missing.yaml"),
+            Case(["run", str(JOB), "--results", "fifo"], "fifo", setup=_fifo("fifo")),
+            Case(["run", "--resume", "nowhere"], "nowhere")],
+    "plan": [Case(["plan", str(JOB), "--history", "fifo.jsonl"], "fifo.jsonl", setup=_fifo("fifo.jsonl")),
+             Case(["plan", str(JOB), "--history", "log.jsonl"], "log.jsonl", setup=_write("log.jsonl", b"\xff{["))],
+    "bench scheduler": [Case(["bench", "scheduler", "--nodes", "0"], "--nodes")],
+    "bench kube-scheduler": [Case(["bench", "kube-scheduler", "--kubeconfig", "missing"], "missing"),
+                             Case(["bench", "kube-scheduler", "--kubeconfig", "k", "--nodes", "1", "--pods", "9",
+                                   "--slots-per-node", "1"], "--pods")],
+    "scheduler": [Case(["scheduler", "--kubeconfig", "missing"], "missing")],
+    "simulate": [Case(["simulate", "missing.csv", "--policy", "drf"], "missing.csv"),
+                 Case(["simulate", "w.csv", "--policy", "drf"], "w.csv", setup=_fifo("w.csv")),
+                 Case(["simulate", "w.csv", "--policy", "drf", "--results", "w.csv"], "w.csv",
+                      setup=_write("w.csv", "name,time\n"))],
+    "serve": [Case(["serve", "--host", "0.0.0.0"], "--token"),
+              Case(["serve", "--port", "70000"], "--port")],
+    "status": [Case(["status", "--server", NOWHERE], "127.0.0.1:1", code=1)],
+    "submit": [Case(["submit", "missing.yaml", "--server", NOWHERE], "missing.yaml"),
+               Case(["submit", "fifo.yaml", "--server", NOWHERE], "fifo.yaml", setup=_fifo("fifo.yaml"))],
+    "stop": [Case(["stop", "job", "--server", NOWHERE], "127.0.0.1:1", code=1)],
+    "logs": [Case(["logs", "job", "--server", NOWHERE], "127.0.0.1:1", code=1)],
+    "train-policy": [
+        Case([*_TRAIN_RUN, "--out", "fifo"], "special file", setup=_fifo("fifo")),
+        Case([*_TRAIN_RUN, "--out", "/proc/m.params"], "/proc"),
+        Case([*_TRAIN_RUN, "--out", "."], "is a folder"),
+        Case([*_TRAIN_RUN, "--out", "nowhere/m.params"], "no such folder"),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "state.json", setup=_checkpoint([1, 2])),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "phase", setup=_checkpoint(_state(phase="bogus"))),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "done", setup=_checkpoint(_state(done=1e12))),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "episode_rewards",
+             setup=_checkpoint(_state(episode_rewards="x"))),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "net.params",
+             setup=_checkpoint(_state(), net=b"garbage" * 20)),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "net.params", setup=_checkpoint(_state(), net=None)),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "trainer.states",
+             setup=lambda folder: (_checkpoint(_state(done=1), trainer=None)(folder),
+                                   _fifo("m.params.ckpt/trainer.states")(folder))),
+    ],
+    "experiment": [Case(["experiment", "missing.yaml"], "missing.yaml"),
+                   Case(["experiment", "m.yaml"], "m.yaml", setup=_write("m.yaml", "- [")),
+                   Case(["experiment", str(TINY_MATRIX), "--results", "fifo"], "fifo", setup=_fifo("fifo"))],
+    "compare": [Case(["compare", "a", "b"], "a")],
+    "report": [Case(["report", "nowhere"], "nowhere"),
+               Case(["report", "run"], "summary.json", setup=_write("run/summary.json", "[1, 2"))],
+}
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _subcommands(child, (*prefix, name))
+            return
+    yield " ".join(prefix)
+
+
+def test_every_subcommand_has_a_case():
+    assert sorted(_subcommands(build_parser())) == sorted(CASES)
+
+
+def _files(folder: Path) -> set[Path]:
+    return {path for path in folder.rglob("*")}
+
+
+def _run(argv: list[str], folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*COACH, *argv], cwd=folder, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          preexec_fn=_limits, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+
+
+def _one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command,number", [(c, i) for c, cases in CASES.items() for i in range(len(cases))])
+def test_hostile_input_is_one_line_and_nothing_written(command, number, tmp_path):
+    case = CASES[command][number]
+    case.setup(tmp_path)
+    before = _files(tmp_path)
+    done = _run(case.argv, tmp_path)
+    line = _one_line(done.stderr)
+    assert done.returncode == case.code, done.stderr
+    assert case.says in line
+    assert _files(tmp_path) == before  # nothing half-written (nor whole: the command refused before any work)
+
+
+class Interrupted(NamedTuple):
+    argv: list[str]
+    begun: Callable[[Path, str], bool]  # (the folder, stdout+stderr so far) -> has the work begun?
+
+
+def _after(seconds: float) -> Callable[[Path, str], bool]:
+    started = time.monotonic()
+    return lambda *_: time.monotonic() - started > seconds
+
+
+TRACES = pollux_data() / "traces"
+
+
+def _workload(folder: Path) -> None:
+    """3,000 jobs of one application: some seconds of simulation, and thousands of logs to write."""
+    if not TRACES.is_dir():
+        pytest.skip(f"needs the Pollux traces at {TRACES}")
+    rows = "\n".join(f"job{i},{i * 30},cifar10,4,128" for i in range(3000))
+    (folder / "w.csv").write_text(f"name,time,application,num_replicas,batch_size\n{rows}\n")
+
+
+SIGNALLED: dict[str, tuple[Callable[[Path], None], list[str], str]] = {
+    # name: (setup, argv, a fragment of stdout/stderr that says the work has begun ("" = after a while))
+    "simulate": (_workload, ["simulate", "w.csv", "--policy", "drf", "--results", "out", "--traces", str(TRACES)],
+                 ""),
+    "train-policy": (lambda _: None, ["train-policy", "--level", "run", "--imitate", "coach", "--out", "m.params",
+                                      "--quiet"], ""),
+    "experiment": (lambda _: None, ["experiment", str(TINY_MATRIX), "--results", "out"], ""),
+    "serve": (lambda _: None, ["serve", "--port", "0", "--results", "out", "--models", "."], "http://"),
+}
+
+
+def _signalled(argv: list[str], folder: Path, marker: str, sig: int) -> tuple[int, str, float]:
+    """Start the command, wait until `marker` shows (or 1.5 s after start without one), send `sig` to its process
+    group; (exit code, stderr, seconds from the signal to its exit)."""
+    log = folder.parent / f"{folder.name}.log"
+    with open(log, "w+") as out:
+        process = subprocess.Popen([*COACH, *argv], cwd=folder, stdout=out, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=_limits, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                   stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + (TIMEOUT_S if marker else 2.5)
+        while time.monotonic() < deadline and process.poll() is None:
+            if marker and marker in log.read_text():
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, f"{argv} ended before the signal: {process.stderr.read()}"
+        os.killpg(process.pid, sig)
+        sent = time.monotonic()
+        try:
+            _, stderr = process.communicate(timeout=TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        return process.returncode, stderr, time.monotonic() - sent
+
+
+#: Left (issue 37, 3b): `coach experiment` exits 130 without its line and leaves the experiment folder it began;
+#: `coach serve` stops with its own line and exit code 0. Strict: the test fails once they are fixed, to move here.
+_LEFT = {"experiment": "exits 130 silently and leaves a half experiment folder",
+         "serve": "says `coach serve: stopping` and exits 0"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(reason=_LEFT[name], strict=True))
+                                  if name in _LEFT else name for name in sorted(SIGNALLED)])
+def test_a_signal_is_exit_130_one_line_and_nothing_half_written(name, sig, tmp_path):
+    setup, argv, marker = SIGNALLED[name]
+    folder = tmp_path / "work"
+    folder.mkdir()
+    setup(folder)
+    before = _files(folder)
+    code, stderr, seconds = _signalled(argv, folder, marker, sig)
+    assert "Traceback" not in stderr, stderr
+    assert code == 130, stderr
+    assert stderr.splitlines()[-1] == "coach: interrupted", stderr
+    assert len(stderr.splitlines()) == 1, stderr
+    assert seconds < 10, seconds
+    left = {path for path in _files(folder) - before if not path.is_dir()}
+    assert not left, sorted(left)[:5]  # no half run folder, no half model
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3])
+def test_a_signal_during_start_up_is_one_line_too(delay_s, tmp_path):
+    """From the first lines of coach.ui.cli on (the interpreter's own start, about 40 ms, is before them)."""
+    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "missing.csv", "--policy", "drf"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_limits)
+    time.sleep(delay_s)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=TIMEOUT_S)
+    assert "Traceback" not in stderr, stderr
+    if process.returncode != 2:  # the signal came before the command refused its missing file
+        assert (process.returncode, stderr) == (130, "coach: interrupted\n")
