@@ -11,7 +11,6 @@ or an absolute one that is gone because the folder moved, resolved against the r
 
 from __future__ import annotations
 
-import json
 import secrets
 import signal
 import sys
@@ -27,7 +26,7 @@ from coach.app.compose import PLACEMENT_OF, PLACEMENTS, PLATFORMS, Site, checkpo
 from coach.app.run_policies import RUN_POLICIES
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import JobSpec
-from coach.domain.records import JobOutcome, iso, summary_dict
+from coach.domain.records import MANIFEST_SCHEMA, JobOutcome, iso, summary_dict
 from coach.drivers.core import Ports
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import LiveDriver
@@ -38,14 +37,13 @@ from coach.policy.history import (INTERRUPTED, History, fill_outcome, history_fr
 from coach.policy.run_policy import DEFAULT_POLICY, RunClusterView
 from coach.ports import CheckpointStore, Platform, View
 from coach.storage.checkpoints import tag_step
-from coach.inputs.limits import FileTooLarge, NotRegularFile
+from coach.inputs.limits import FileTooLarge, NotRegularFile, file_problem
 from coach.inputs.runs import RunInputError, check_run_manifest, checked_records, read_json
 from coach.storage.results import (ResultLog, drop_torn_tail, new_run_id,
                                    write_json_atomic)
 from coach.views.terminal import VIEWS
 from scheduler_fork import PROFILES
 
-MANIFEST_SCHEMA = 2  # 1: no schema field, no policy (its runs resume with the `coach` policy)
 
 
 @dataclass(frozen=True)
@@ -193,7 +191,7 @@ def check_run_folder(run_dir: Path) -> dict:
 def load_run(run_dir: Path) -> LoadedRun:
     """Read a run folder back; raise ResumeError (one `PATH: FIELD: what is wrong` line) when it cannot go on.
 
-    Runs written before manifests had a schema load too. A log that holds no finished step (emptied, cut before
+    A log that holds no finished step (emptied, cut before
     its first complete record, or only failed attempts) goes on from the newest complete checkpoint in the run's
     store (the manifest's `checkpoints` URL, else the run folder's `checkpoints/<job>/`) instead of from scratch:
     its tag names the step (`epoch-0003`: as if epoch 3 was the last one done; `calibration-k`: no epoch done).
@@ -224,7 +222,7 @@ def load_run(run_dir: Path) -> LoadedRun:
 def _read_manifest(run_dir: Path) -> tuple[dict, list[JobSpec], ClusterSpec, RunConfig]:
     """run.json and the jobs, cluster and configuration it holds; ResumeError when it cannot be read or used."""
     try:
-        manifest = json.loads((run_dir / "run.json").read_text())
+        manifest = read_json(run_dir / "run.json")  # capped, regular files only
         specs = [JobSpec.from_dict(job) for job in manifest["jobs"]]
         cluster = ClusterSpec.from_dict(manifest["cluster"])
         config = RunConfig(scheduler=manifest["scheduler"], policy=manifest.get("policy", DEFAULT_POLICY),
@@ -232,8 +230,8 @@ def _read_manifest(run_dir: Path) -> tuple[dict, list[JobSpec], ClusterSpec, Run
                            platform=manifest.get("platform", "local"), placement=manifest.get("placement", "scheduler_fork"),
                            checkpoints=manifest.get("checkpoints"),
                            site=Site.from_dict(manifest.get("site"), manifest.get("platform", "local")))
-    except OSError as error:
-        raise ResumeError(f"{run_dir / 'run.json'}: (file): {error.strerror or error}") from None
+    except (OSError, FileTooLarge, NotRegularFile) as error:
+        raise ResumeError(f"{run_dir / 'run.json'}: (file): {file_problem(error)}") from None
     except (ValueError, KeyError, TypeError) as error:
         raise ResumeError(f"{run_dir / 'run.json'}: (file): not a Coach run manifest ({error})") from None
     return manifest, specs, cluster, config
@@ -250,9 +248,12 @@ def _open_store(config: RunConfig, run_dir: Path) -> CheckpointStore:
 
 
 def _old_summary(run_dir: Path) -> dict:
-    """summary.json as the run last wrote it; {} when it is missing, unreadable or not a JSON object."""
+    """summary.json as the run last wrote it; {} when it is missing, unreadable or not a JSON object;
+    ResumeError when it is a folder, not a regular file, or over MAX_RUN_JSON_BYTES (read_json's caps)."""
     try:
-        old = json.loads((run_dir / "summary.json").read_text())
+        old = read_json(run_dir / "summary.json")
+    except (FileTooLarge, NotRegularFile, IsADirectoryError) as error:
+        raise ResumeError(f"{run_dir / 'summary.json'}: (file): {file_problem(error)}") from None
     except (OSError, ValueError):
         return {}
     return old if isinstance(old, dict) else {}
@@ -261,9 +262,11 @@ def _old_summary(run_dir: Path) -> dict:
 def _read_log(log: Path) -> list[dict]:
     """A job's checked log records, a torn last line cut first (a side effect); [] when the job has no log."""
     try:
-        if log.exists():
-            drop_torn_tail(log)
-        return checked_records(log) if log.exists() else []
+        if not log.exists():
+            return []
+        records = checked_records(log, allow_torn_tail=True)  # capped and regular-file-only before it is cut
+        drop_torn_tail(log)
+        return records
     except RunInputError as error:
         raise ResumeError(str(error)) from None
 

@@ -32,6 +32,8 @@ from coach.dl2.observation import Observation, Shape
 
 HIDDEN = 32
 _MASKED = 1e9
+#: Largest DL2 model file (MXNet .params) read, in bytes (a network of HIDDEN units is a few KiB).
+MAX_MODEL_BYTES = 256 << 20
 
 
 class ActorCritic(gluon.HybridBlock):
@@ -72,8 +74,12 @@ def new_network(seed: int, hidden: int = HIDDEN, shape: Shape = GPU_SHAPE) -> Ac
 def load_network(path: Path, shape: Shape = GPU_SHAPE) -> ActorCritic:
     """The network saved at `path` (save_parameters) for rounds of `shape`; its hidden size is read from the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ModelFileError(f"{path}: no DL2 model file here")
+    if not path.is_file():  # a FIFO would block mx.nd.load, a device would never end
+        raise ModelFileError(f"{path}: not a regular file")
+    if path.stat().st_size > MAX_MODEL_BYTES:
+        raise ModelFileError(f"{path}: file is larger than {MAX_MODEL_BYTES} bytes (the limit)")
     try:
         arrays = mx.nd.load(str(path))
     except mx.base.MXNetError as exc:

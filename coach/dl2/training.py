@@ -19,8 +19,10 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from coach.dl2.network import ActorCritic
+from coach.dl2.network import MAX_MODEL_BYTES, ActorCritic
 from coach.dl2.observation import Observation, pad, padded_action
+from coach.inputs.limits import (MAX_STATE_BYTES, FileTooLarge, NotRegularFile, file_problem, open_regular,
+                                  read_capped)
 
 CHECKPOINT_VERSION = 2  # 2: the optimiser's state as MXNet arrays, not pickled (save_trainer)
 
@@ -264,10 +266,16 @@ def load_checkpoint(folder: Path, settings) -> dict | None:
     """The checkpoint's state, None without one; ValueError when it was written by another version or under other
     `settings` (a frozen dataclass: every field must match)."""
     path = folder / "state.json"
-    if not path.is_file():
+    if not path.exists():
         return None
-    state = json.loads(path.read_text())
-    if state.get("version") != CHECKPOINT_VERSION:
+    state = _read_state(path)
+    for name in ("net.params", "trainer.states"):  # what the trainers load next, by path, with MXNet
+        try:
+            open_regular(folder / name, MAX_MODEL_BYTES).close()
+        except (FileTooLarge, NotRegularFile, OSError) as error:
+            raise ValueError(f"{folder / name}: (file): {file_problem(error)}") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        state = state if isinstance(state, dict) else {}
         raise ValueError(f"{path}: checkpoint version {state.get('version')!r}, expected {CHECKPOINT_VERSION}")
     saved = state.get("settings", {})
     differs = [f.name for f in fields(settings) if jsonable(getattr(settings, f.name)) != saved.get(f.name)]
@@ -275,6 +283,16 @@ def load_checkpoint(folder: Path, settings) -> dict | None:
         raise ValueError(f"{path}: made with other settings ({', '.join(differs)}); resume with the same ones, "
                          f"or delete {folder}")
     return state
+
+
+def _read_state(path: Path) -> Any:
+    """state.json's value, read under MAX_STATE_BYTES (regular files only); ValueError naming the file."""
+    try:
+        return json.loads(read_capped(path, MAX_STATE_BYTES).decode("utf-8"))
+    except (FileTooLarge, NotRegularFile, OSError) as error:
+        raise ValueError(f"{path}: (file): {file_problem(error)}") from None
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{path}: (file): not a checkpoint's state ({type(error).__name__})") from None
 
 
 #: What a checkpoint's state.json may hold beside version, settings, phase and done, by kind of value: "numbers" a

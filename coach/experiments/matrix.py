@@ -62,6 +62,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,16 +514,12 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         "placement_timeout_s": matrix.placement_timeout_s, "started": iso(time.time()), "ended": None,
         "exit_code": None, "interrupted": False, "cells": [],
     }
-    entries: dict[str, dict] = {}
-    specs: dict[str, list[JobSpec]] = {}
-    for cell in plan:
-        paths = _write_job_files(matrix, cell, experiment_dir / cell.cell_id / "jobs")
-        specs[cell.cell_id] = load_jobs(paths)
-        counts = ALLOCATIONS[cell.allocation](matrix)
-        entries[cell.cell_id] = {**cell.params(), "workers": counts.get("workers"), "servers": counts.get("servers"),
-                                 "job_files": [str(p.relative_to(experiment_dir)) for p in paths], "runs": []}
-        manifest["cells"].append(entries[cell.cell_id])
-    write_json_atomic(experiment_dir / MANIFEST, manifest)
+    try:  # until manifest.json exists, the folder is a half experiment: one interrupted here is removed
+        entries, specs = _prepare_cells(matrix, plan, experiment_dir, manifest)
+        write_json_atomic(experiment_dir / MANIFEST, manifest)
+    except BaseException:
+        shutil.rmtree(experiment_dir, ignore_errors=True)
+        raise
 
     total, pilot = len(plan) * repeat, repeat
     pilot_of = " (the pilot)" if detect is not None else ""
@@ -571,6 +568,21 @@ def run_experiment(matrix: Matrix, results_root: Path, repeat: int | None = None
         manifest["exit_code"] = _exit_code(codes) if finished else None
         write_json_atomic(experiment_dir / MANIFEST, manifest)
     return ExperimentReport(experiment_id, experiment_dir, manifest, manifest["exit_code"])
+
+
+def _prepare_cells(matrix: Matrix, plan: Sequence[Cell], experiment_dir: Path,
+                   manifest: dict[str, Any]) -> tuple[dict[str, dict], dict[str, list[JobSpec]]]:
+    """Write every cell's job files and add its entry to `manifest["cells"]`; (entries, job specs) by cell id."""
+    entries: dict[str, dict] = {}
+    specs: dict[str, list[JobSpec]] = {}
+    for cell in plan:
+        paths = _write_job_files(matrix, cell, experiment_dir / cell.cell_id / "jobs")
+        specs[cell.cell_id] = load_jobs(paths)
+        counts = ALLOCATIONS[cell.allocation](matrix)
+        entries[cell.cell_id] = {**cell.params(), "workers": counts.get("workers"), "servers": counts.get("servers"),
+                                 "job_files": [str(p.relative_to(experiment_dir)) for p in paths], "runs": []}
+        manifest["cells"].append(entries[cell.cell_id])
+    return entries, specs
 
 
 def _write_job_files(matrix: Matrix, cell: Cell, jobs_dir: Path) -> list[Path]:
@@ -723,7 +735,7 @@ def select_runs(argument: str) -> Selection:
     """Resolve one `coach compare` argument (see the module docstring) to its runs."""
     path = Path(argument)
     if path.is_dir():
-        if (path / SUMMARY).is_file():
+        if (path / SUMMARY).exists():  # a summary.json that is not a regular file is named so by read_run
             return Selection(argument, path.name, path.parent, (read_run(path, argument),))
         if (path / MANIFEST).is_file():
             runs = _experiment_runs(path, argument, lambda cell: True)

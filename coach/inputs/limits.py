@@ -15,18 +15,20 @@ minutes or a traceback. So:
 - a value quoted in a message is shown with `short()`, which never builds the whole repr of a huge value first,
   and every message is cut to `MAX_MESSAGE` characters.
 
-Side effects: `read_capped` reads one file; nothing else here has any.
+Side effects: `open_regular`, `read_capped` and `capped_lines` read one file; nothing else here has any.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import reprlib
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -39,6 +41,11 @@ MAX_JOB_FILE_BYTES = 1 << 20  # 1 MiB
 MAX_MATRIX_FILE_BYTES = 1 << 20  # 1 MiB
 MAX_CLUSTER_FILE_BYTES = 16 << 20  # 16 MiB: room for 100,000 nodes written out one by one
 MAX_MODEL_FILE_BYTES = 16 << 20  # 16 MiB of Python source
+#: Size caps, in bytes, of the files earlier runs wrote (and that a person may name: `--history`, a run folder).
+MAX_LOG_BYTES = 256 << 20  # 256 MiB: a JSON-lines log (a job's `<job>.jsonl`, a `--history`), ~500,000 records
+MAX_LOG_LINE_BYTES = 1 << 20  # 1 MiB: one line (one record) of a JSON-lines log
+MAX_RUN_JSON_BYTES = 64 << 20  # 64 MiB: run.json, summary.json, manifest.json, a served run's pointer
+MAX_STATE_BYTES = 64 << 20  # 64 MiB: `coach train-policy`'s state.json (its curves and settings)
 #: Values (scalars, lists and mappings, counting every alias as the whole value it stands for) a YAML file may hold.
 MAX_JOB_VALUES = 10_000
 MAX_MATRIX_VALUES = 10_000
@@ -51,8 +58,45 @@ class FileTooLarge(Exception):
     """A file over its size cap; the message is `larger than N bytes (the limit)`."""
 
 
+class LineTooLong(FileTooLarge):
+    """A line of a file over its cap; the message is `longer than N bytes (the limit)`, `number` the line's."""
+
+    def __init__(self, number: int, max_bytes: int):
+        super().__init__(f"longer than {max_bytes} bytes (the limit)")
+        self.number = number
+
+
 class NotRegularFile(Exception):
     """A path that is neither a regular file nor a folder (a FIFO, a device, a socket)."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: Path | str, max_bytes: int | None = None) -> BinaryIO:
+    """`path` opened for reading (binary), when it is a regular file of at most `max_bytes` bytes on disk.
+
+    Opened without blocking first, so a FIFO is refused instead of waiting for a writer, and checked on the open
+    file itself (no window between a check and the open). A sparse file is refused by its size before a byte is
+    read. Raises NotRegularFile (`not a regular file (a FIFO)`), FileTooLarge, IsADirectoryError, or another
+    OSError (FileNotFoundError, PermissionError ...).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a file")
+            raise NotRegularFile(f"not a regular file ({kind})")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise FileTooLarge(f"file is larger than {max_bytes} bytes (the limit)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_capped(path: Path, max_bytes: int) -> bytes:
@@ -60,14 +104,44 @@ def read_capped(path: Path, max_bytes: int) -> bytes:
 
     Raises FileTooLarge, NotRegularFile, or OSError (FileNotFoundError, IsADirectoryError, PermissionError ...).
     """
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
-        raise NotRegularFile("not a regular file")
-    with open(path, "rb") as handle:
-        data = handle.read(max_bytes + 1)
+    with open_regular(path, max_bytes) as handle:
+        data = handle.read(max_bytes + 1)  # the file may have grown since it was opened
     if len(data) > max_bytes:
         raise FileTooLarge(f"file is larger than {max_bytes} bytes (the limit)")
     return data
+
+
+def capped_lines(path: Path, max_bytes: int = MAX_LOG_BYTES,
+                 max_line_bytes: int = MAX_LOG_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, the line's bytes with its newline) for every line of a regular file, streamed.
+
+    At most `max_bytes` bytes in all and `max_line_bytes` per line (its newline not counted) are read, so a long
+    log costs one line's memory at a time and a line without end costs at most the line cap. The last line may
+    lack its newline (a torn tail). Raises what `open_regular` raises, at the first read; LineTooLong at a line
+    over its cap; FileTooLarge when the file grows past `max_bytes` while it is read.
+    """
+    with open_regular(path, max_bytes) as handle:
+        total = 0
+        number = 0
+        while True:
+            line = handle.readline(max_line_bytes + 1)
+            if not line:
+                return
+            number += 1
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                raise LineTooLong(number, max_line_bytes)
+            total += len(line)
+            if total > max_bytes:
+                raise FileTooLarge(f"file is larger than {max_bytes} bytes (the limit)")
+            yield number, line
+
+
+def file_problem(error: Exception) -> str:
+    """What is wrong with a file, for the `FILE: (file): ...` part of a line: the cap or the kind it broke, or
+    the OS's word (`No such file or directory`, `Is a directory`, `Permission denied`)."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error)
 
 
 # --------------------------------------------------------------------------- messages

@@ -6,7 +6,8 @@ Coach's at all. The readers that use them (coach.policy.history, coach.app.run, 
 so every record, summary and manifest is checked here first, and a problem is one line naming the file, the line
 and the field (`FILE: (line N): FIELD: what is wrong`), never a traceback and never a half-resumed run.
 
-Side effects: `read_records`, `checked_records` and `read_json` read one file each; the checks read nothing, but
+Side effects: `read_records`, `log_lines`, `checked_records` and `read_json` read one file each (under the
+caps of coach.inputs.limits); the checks read nothing, but
 `check_run_manifest` validates the manifest's jobs as job files are validated, so it parses their model files.
 """
 
@@ -14,17 +15,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from coach.domain.records import MANIFEST_SCHEMA
 from coach.inputs.cluster import ClusterFileError, parse_cluster
 from coach.inputs.jobs import JOB_FIELDS, check_job
-from coach.inputs.limits import Bound, describe, field_name, one_line, read_capped, short
+from coach.inputs.limits import (MAX_LOG_BYTES, MAX_RUN_JSON_BYTES, Bound, FileTooLarge, LineTooLong, NotRegularFile,
+                                capped_lines, describe, field_name, file_problem, one_line, read_capped, short)
 
 #: Largest run.json / summary.json / manifest.json read, in bytes.
-MAX_JSON_BYTES = 64 << 20
+MAX_JSON_BYTES = MAX_RUN_JSON_BYTES
 #: Phases whose records are epochs (or calibration mini-epochs): the ones a job's history is rebuilt from.
 SPEED_PHASES = frozenset({"calibration", "training"})
 
@@ -42,18 +45,28 @@ class RunInputError(Exception):
 def read_records(path: Path, *, allow_torn_tail: bool = False) -> list[tuple[int, dict]]:
     """(line number, record) for every non-blank line of a JSON-lines log; RunInputError at the first bad line.
 
-    The messages: `FILE: (file): ...`, `FILE: (line N): not JSON: ...`, `FILE: (line N): expected a JSON object`,
-    `FILE: (line N): not UTF-8 text (byte K)`. With
+    The messages: `FILE: (file): ...` (missing, not a regular file, over MAX_LOG_BYTES),
+    `FILE: (line N): longer than N bytes (the limit)`, `FILE: (line N): not JSON: ...`,
+    `FILE: (line N): expected a JSON object`, `FILE: (line N): not UTF-8 text (byte K)`. With
     `allow_torn_tail`, a last line without its newline (a killed writer's; resume cuts it) is skipped unread.
     """
+    return [(number, parsed_line(path, number, raw)) for number, raw in log_lines(path, allow_torn_tail=allow_torn_tail)
+            if raw.strip()]
+
+
+def log_lines(path: Path, *, allow_torn_tail: bool = False, max_bytes: int = MAX_LOG_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of a JSON-lines log, streamed under its caps (`capped_lines`: regular files only, at
+    most `max_bytes` in all and MAX_LOG_LINE_BYTES a line); a problem with the file is a RunInputError naming it.
+    With `allow_torn_tail`, a last line without its newline is left out."""
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise RunInputError(f"{path}: (file): {error.strerror or error}") from None
-    lines = data.split(b"\n")
-    if allow_torn_tail and lines and lines[-1]:
-        lines = lines[:-1]
-    return [(number, parsed_line(path, number, raw)) for number, raw in enumerate(lines, start=1) if raw.strip()]
+        for number, raw in capped_lines(path, max_bytes):
+            if allow_torn_tail and not raw.endswith(b"\n"):
+                return
+            yield number, raw
+    except LineTooLong as error:
+        raise RunInputError(f"{path}: (line {error.number}): {error}") from None
+    except (FileTooLarge, NotRegularFile, OSError) as error:
+        raise RunInputError(f"{path}: (file): {file_problem(error)}") from None
 
 
 def parsed_line(path: Path, number: int, raw: bytes) -> dict:
@@ -202,8 +215,9 @@ def check_record(record: Mapping[str, Any]) -> tuple[str, str] | None:
 def checked_records(path: Path, *, allow_torn_tail: bool = False,
                     keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
     """read_records, then check_record on every record `keep` selects; RunInputError at the first problem."""
-    return [checked(path, number, record) for number, record in read_records(path, allow_torn_tail=allow_torn_tail)
-            if keep(record)]
+    records = ((number, parsed_line(path, number, raw))  # streamed: only the records kept are held
+               for number, raw in log_lines(path, allow_torn_tail=allow_torn_tail) if raw.strip())
+    return [checked(path, number, record) for number, record in records if keep(record)]
 
 
 def checked(path: Path, number: int, record: dict) -> dict:
@@ -257,7 +271,7 @@ def check_summary(summary: Any) -> tuple[str, str] | None:
 
 
 #: Fields run.json must have.
-_MANIFEST_REQUIRED = ("jobs", "cluster", "scheduler", "placement_timeout_s")
+_MANIFEST_REQUIRED = ("schema", "jobs", "cluster", "scheduler", "policy", "placement_timeout_s")
 #: Longest placement timeout a manifest may give, in seconds (a week).
 _MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600
 
@@ -289,6 +303,10 @@ def _settings_problems(manifest: dict, known: Mapping[str, Collection[str]]) -> 
     """(field, what is wrong) for the run's settings: required fields, names this Coach does not know (`known`:
     field -> its names), the placement timeout's bounds, and the strings run_id and started."""
     problems = [(key, "required field missing") for key in _MANIFEST_REQUIRED if key not in manifest]
+    schema = manifest.get("schema", MANIFEST_SCHEMA)
+    if isinstance(schema, bool) or schema != MANIFEST_SCHEMA:
+        problems.append(("schema", f"layout {short(schema)} is not this Coach's ({MANIFEST_SCHEMA}): resume it "
+                                   "with the Coach that wrote it"))
     for key, names in known.items():
         value = manifest.get(key)
         if key in manifest and (not isinstance(value, str) or value not in names):

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Iterator
 
-from coach.inputs.runs import checked_line
+from coach.inputs.runs import checked_line, log_lines
 
 CSV_COLUMNS = ("epoch", "phase", "loss", "val_loss", "accuracy", "train_accuracy", "epoch_time_s", "compute_s",
                "cost", "cumulative_cost", "budget", "workers", "servers", "placement", "samples", "start", "end",
@@ -39,16 +39,14 @@ def jsonl_lines(log: Path) -> Iterator[bytes]:
     """The log's complete lines, as they are on disk."""
     if not log.exists():
         return
-    with open(log, "rb") as lines:
-        for line in lines:
-            if line.strip() and line.endswith(b"\n"):
-                yield line
+    for _, line in log_lines(log, allow_torn_tail=True):  # capped, regular files only
+        if line.strip():
+            yield line
 
 
 def records_of(log: Path) -> Iterator[dict]:
     if not log.exists():
         return
-    with open(log, "rb") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip() and line.endswith(b"\n"):
-                yield checked_line(log, number, line)
+    for number, line in log_lines(log, allow_torn_tail=True):  # capped, regular files only
+        if line.strip():
+            yield checked_line(log, number, line)

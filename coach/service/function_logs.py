@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from coach.inputs.limits import NotRegularFile, open_regular
+
 MAX_LINES = 1000  # lines one request may ask for, per function
 WINDOW_BYTES = 256 * 1024  # bytes read from the end of a file for its tail, and per file and poll when following
 MAX_LINE_CHARS = 2000  # a longer line is cut (a stack of binary noise should not fill the page)
@@ -25,13 +27,21 @@ def log_files(log_dir: Path, job: str) -> dict[str, Path]:
     return {path.name[:-len(".log")]: path for path in found}
 
 
+def _opened(path: Path):
+    """The log opened for reading when it is a regular file; OSError for anything else (a FIFO would block)."""
+    try:
+        return open_regular(path)
+    except NotRegularFile as error:
+        raise OSError(f"{path}: {error}") from None
+
+
 def _lines(data: bytes) -> list[str]:
     return [line[:MAX_LINE_CHARS] for line in data.decode("utf-8", "replace").splitlines()]
 
 
 def tail(path: Path, lines: int) -> tuple[list[str], int]:
     """The last `lines` complete lines of a file (within its last WINDOW_BYTES) and the offset after them."""
-    with open(path, "rb") as handle:
+    with _opened(path) as handle:
         size = handle.seek(0, 2)
         start = max(0, size - WINDOW_BYTES)
         handle.seek(start)
@@ -46,7 +56,7 @@ def tail(path: Path, lines: int) -> tuple[list[str], int]:
 def since(path: Path, offset: int) -> tuple[list[str], int]:
     """The complete lines written after `offset` (at most WINDOW_BYTES of them) and the offset after them; a file
     that shrank (replaced) is read from its start."""
-    with open(path, "rb") as handle:
+    with _opened(path) as handle:
         size = handle.seek(0, 2)
         if size < offset:
             offset = 0

@@ -9,7 +9,6 @@ Side effects: the run folder, function hosts (through the ports), one driver thr
 from __future__ import annotations
 
 import fcntl
-import json
 import threading
 import time
 from contextlib import ExitStack
@@ -27,7 +26,8 @@ from coach.domain.status import JobStatus
 from coach.drivers.fanout import ThreadFanOut
 from coach.drivers.live import OpenDriver
 from coach.inputs.jobs import JOB_FIELDS
-from coach.inputs.runs import RunInputError, checked_line
+from coach.inputs.limits import FileTooLarge, NotRegularFile, file_problem
+from coach.inputs.runs import RunInputError, checked_line, log_lines, read_json
 from coach.lifecycle.job import USER_STOP, JobLifecycle, ended_phase
 from coach.policy.history import INTERRUPTED, fill_outcome
 from coach.ports import Platform
@@ -178,6 +178,7 @@ class ServedRun:
         """One server per results folder: two would each rewrite run.json from their own memory."""
         try:
             self.results_root.mkdir(parents=True, exist_ok=True)
+            created = not (self.results_root / LOCK).exists()
             handle = open(self.results_root / LOCK, "a")
         except OSError as error:
             raise Unservable([f"--results: {self.results_root}: {error.strerror or error}"]) from None
@@ -188,18 +189,22 @@ class ServedRun:
             raise Unservable([f"--results: {self.results_root}: another `coach serve` serves this folder "
                               f"(it holds {LOCK})"]) from None
         self._stack.callback(handle.close)  # closing the file releases the lock
+        if created:  # a folder refused (start() fails before it serves) is left without the file, as it was found
+            self._stack.callback(lambda: self._thread is None and (self.results_root / LOCK).unlink(missing_ok=True))
 
     def _served_run(self) -> LoadedRun | None:
         pointer = self.results_root / POINTER
         if not pointer.exists():
             return None
         try:
-            data = json.loads(pointer.read_text())
+            data = read_json(pointer)  # capped, regular files only
             run_id = data.get("run_id") if isinstance(data, dict) else None
             if not isinstance(run_id, str) or not run_id or "/" in run_id or run_id.startswith(".") or "\0" in run_id:
                 raise ValueError(f"expected the name of a run folder, got {str(run_id)[:80]!r}")
+        except (FileTooLarge, NotRegularFile) as error:
+            raise ResumeError(f"{pointer}: (file): {error}") from None
         except (OSError, ValueError) as error:
-            raise ResumeError(f"{pointer}: run_id: not a served run's pointer ({error})") from None
+            raise ResumeError(f"{pointer}: run_id: not a served run's pointer ({file_problem(error)})") from None
         check_run_folder(self.results_root / run_id)
         return load_run(self.results_root / run_id)
 
@@ -313,13 +318,12 @@ class ServedRun:
 def window_of_log(log: Path, start: int, limit: int) -> tuple[list[dict], int]:
     """Records start .. start + limit - 1 of a JSON-lines log (a torn last line is not one) and how many it holds."""
     records, total = [], 0
-    with open(log, "rb") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip() or not line.endswith(b"\n"):
-                continue
-            if start <= total < start + limit:
-                records.append(checked_line(log, number, line))
-            total += 1
+    for number, line in log_lines(log, allow_torn_tail=True):  # capped, regular files only
+        if not line.strip():
+            continue
+        if start <= total < start + limit:
+            records.append(checked_line(log, number, line))
+        total += 1
     return records, total
 
 

@@ -201,7 +201,7 @@ def cmd_report(args) -> int:
     from coach.experiments.matrix import SUMMARY, SelectionError, read_run
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / SUMMARY).is_file():
+    if not (run_dir / SUMMARY).exists():  # one that is not a regular file is named so by read_run
         return fail([f"{args.run_dir}: (argument): not a run folder (no {SUMMARY})"])
     try:
         run = read_run(run_dir, args.run_dir)

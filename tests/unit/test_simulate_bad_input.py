@@ -80,7 +80,7 @@ def test_a_bad_workload_field_is_one_line_naming_file_line_and_column(tmp_path, 
 def test_a_fifo_and_a_sparse_2gb_file_are_refused_without_reading_them(tmp_path, capsys, traces):
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)
-    assert refused(capsys, fifo, traces, tmp_path) == f"{fifo}:0:0: not a regular file"
+    assert refused(capsys, fifo, traces, tmp_path) == f"{fifo}:0:0: not a regular file (a FIFO)"
     sparse = tmp_path / "sparse.csv"
     with open(sparse, "wb") as handle:
         handle.truncate(2 << 30)
@@ -130,7 +130,7 @@ def test_trace_files_that_are_fifos_huge_duplicated_or_missing_are_refused(tmp_p
     copy = fresh_traces(tmp_path, traces)
     workload = write(tmp_path, POLLUX + "a,0,cifar10,1,128\n")
     os.mkfifo(copy / "cifar10" / "validation-64.csv")
-    assert refused(capsys, workload, copy, tmp_path) == f"{copy}/cifar10/validation-64.csv:0:0: not a regular file"
+    assert refused(capsys, workload, copy, tmp_path) == f"{copy}/cifar10/validation-64.csv:0:0: not a regular file (a FIFO)"
     (copy / "cifar10" / "validation-64.csv").unlink()
     shutil.copy(copy / "cifar10" / "validation-128.csv", copy / "cifar10" / "validation-0128.csv")
     assert refused(capsys, workload, copy, tmp_path).endswith("a second validation file for batch size 128")
