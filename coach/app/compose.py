@@ -72,6 +72,7 @@ def check_site(site: Site) -> str | None:
     failed. Checked once before any job starts, so a typo is an error, not a run of requeued jobs."""
     import requests
 
+    from coach.net.http import Limits, bounded_request, problem as http_problem
     from coach.placement.kube_connect import connect, reachable
 
     api, problem = connect(site.kubeconfig)
@@ -84,10 +85,11 @@ def check_site(site: Site) -> str | None:
     if problem is not None:
         return f"--kubeconfig: {site.kubeconfig}: the kube-apiserver does not answer ({problem})"
     try:
-        response = requests.get(f"{site.dashboard}/api/functions", timeout=SITE_CHECK_TIMEOUT_S,
-                                headers={"X-Nuclio-Function-Namespace": site.namespace})
+        response = bounded_request("GET", f"{site.dashboard}/api/functions",
+                                   Limits(SITE_CHECK_TIMEOUT_S, SITE_CHECK_TIMEOUT_S, 2 * SITE_CHECK_TIMEOUT_S),
+                                   headers={"X-Nuclio-Function-Namespace": site.namespace})
     except requests.RequestException as error:
-        return f"--dashboard: {site.dashboard}: does not answer ({type(error).__name__})"
+        return f"--dashboard: {site.dashboard}: does not answer ({http_problem(error)})"
     if response.status_code != 200:
         return f"--dashboard: {site.dashboard}: GET /api/functions answered HTTP {response.status_code}"
     return None

@@ -160,7 +160,7 @@ class EventPoster:
                     self._event(pod, FAILED_SCHEDULING, what, True, now_s)
                     finish(self._core.patch_namespaced_pod_status(
                         pod.name, pod.namespace, unschedulable_patch(what, now_s), _content_type=STRATEGIC_MERGE,
-                        _preload_content=False))
+                        _preload_content=False, _request_timeout=(5, 30)))
                 elif kind == "scheduled":
                     self._event(pod, "Scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {what}",
                                 False, now_s)

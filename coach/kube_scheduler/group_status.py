@@ -93,7 +93,7 @@ class GroupStatusWriter:
             try:
                 finish(self._custom.patch_namespaced_custom_object_status(
                     PODGROUP_GROUP, PODGROUP_VERSION, namespace, PODGROUP_PLURAL, name, {"status": status},
-                    _preload_content=False))
+                    _preload_content=False, _request_timeout=(5, 30)))
                 self.written += 1
             except client.ApiException as error:
                 if error.status != 404:  # a group deleted meanwhile needs no status

@@ -28,6 +28,10 @@ from coach.ports import Workloads
 
 log = logging.getLogger(__name__)
 
+#: (connect, read) seconds of every non-watch call to the apiserver. The kubernetes client sets no byte cap on an
+#: answer: a create, delete or patch answers with one object; the relist's size is bounded by the pods its label
+#: selector matches (this run's namespace's Coach pods), not by a byte limit.
+API_TIMEOUT_S = (5.0, 30.0)
 WATCH_TIMEOUT_S = 5  # a watch request ends this often so that close() is noticed; the next resumes at its version
 RETRY_S = 1.0  # after a failed list or watch (the apiserver is restarting): try again this much later
 GONE = 410
@@ -181,7 +185,7 @@ class KubePlacement:
                      (PODGROUP_GROUP, PODGROUP_VERSION, self.namespace, PODGROUP_PLURAL, job)),
                     ("NetworkPolicy", self._networking.delete_namespaced_network_policy, (job, self.namespace))):
                 try:
-                    delete(*args)
+                    delete(*args, _request_timeout=API_TIMEOUT_S)
                 except ApiException as error:
                     if error.status != 404:
                         log.warning("%s %s not deleted: HTTP %s", what, job, error.status)
@@ -196,9 +200,10 @@ class KubePlacement:
         if job in self._groups:
             return None
         for what, create in (("PodGroup", lambda: self._custom.create_namespaced_custom_object(
-                PODGROUP_GROUP, PODGROUP_VERSION, self.namespace, PODGROUP_PLURAL, podgroup(job, self.namespace))),
+                PODGROUP_GROUP, PODGROUP_VERSION, self.namespace, PODGROUP_PLURAL, podgroup(job, self.namespace),
+                _request_timeout=API_TIMEOUT_S)),
                              ("NetworkPolicy", lambda: self._networking.create_namespaced_network_policy(
-                                 self.namespace, network_policy(job, self.namespace)))):
+                                 self.namespace, network_policy(job, self.namespace), _request_timeout=API_TIMEOUT_S))):
             try:
                 create()
             except ApiException as error:
@@ -232,7 +237,8 @@ class KubePlacement:
                 self._closed.wait(RETRY_S)
 
     def _relist(self) -> str:
-        listed = self._core.list_namespaced_pod(self.namespace, label_selector=JOB_LABEL, _preload_content=False)
+        listed = self._core.list_namespaced_pod(self.namespace, label_selector=JOB_LABEL, _preload_content=False,
+                                                _request_timeout=API_TIMEOUT_S)
         body = _json(listed)
         pods = {}
         for item in body.get("items") or ():

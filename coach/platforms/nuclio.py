@@ -41,6 +41,7 @@ from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import DEPLOY, ERROR, FOREIGN, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
 from coach.domain.kube import SCHEDULER_NAME
+from coach.net.http import AnswerTooLarge, Limits, bounded_request, new_session, problem
 from coach.platforms.host import TOKEN_HEADER
 from coach.platforms.local import free_port
 from coach.platforms.nuclio_spec import (
@@ -70,6 +71,13 @@ CONNECT_TIMEOUT_S = 5.0  # for invocations, whose read timeout is the invocation
 INVOKE_MARGIN_S = 2.0  # the client waits this much longer than the dashboard, so the dashboard's answer arrives
 CANCEL_TIMEOUT_S = 5.0
 GONE_TIMEOUT_S = 30.0  # how long a create waits for a left-over function of an earlier run to be deleted
+#: Pods one address lookup lists at most (one function has one pod, and a replacement or two for a while): this,
+#: not a byte cap, bounds the apiserver's answer.
+POD_LIST_LIMIT = 10
+#: Largest dashboard answer read (a function's config and status, an epoch's reply), in bytes.
+MAX_ANSWER_BYTES = 16 << 20
+#: A dashboard call (not an invocation) ends within this many read timeouts in all (retries aside).
+DEADLINE_READS = 3
 
 
 def go_duration(seconds: float) -> str:
@@ -99,7 +107,8 @@ def kube_pod_address(api_client, namespace: str) -> Callable[[FunctionId], str |
     def lookup(fid: FunctionId) -> str | None:
         selector = ",".join(f"{key}={value}" for key, value in fid.labels.items())
         try:
-            pods = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=10).items
+            pods = core.list_namespaced_pod(namespace, label_selector=selector, limit=POD_LIST_LIMIT,
+                                            _request_timeout=(CONNECT_TIMEOUT_S, 10)).items
         except (ApiException, urllib3.exceptions.HTTPError, OSError):  # unknown: the caller falls back
             return None
         running = [pod for pod in pods if pod.status and pod.status.pod_ip and pod.status.phase == "Running"
@@ -147,7 +156,7 @@ class NuclioPlatform:
     def _http(self) -> requests.Session:
         session = getattr(self._local, "session", None)
         if session is None:
-            session = self._local.session = requests.Session()
+            session = self._local.session = new_session()  # one bounded_request can cut at its deadline
             with self._lock:
                 self._sessions.append(session)
         return session
@@ -166,14 +175,15 @@ class NuclioPlatform:
             if attempt:
                 if self._closing.wait(BACKOFF_S * 2 ** (attempt - 1)):
                     break
+            limits = Limits(CONNECT_TIMEOUT_S, self.request_timeout_s, self.request_timeout_s * DEADLINE_READS,
+                            MAX_ANSWER_BYTES)
             try:
-                response = self._http().request(
-                    method, url, data=None if body is None else json.dumps(body),
+                response = bounded_request(
+                    method, url, limits, session=self._http(), data=None if body is None else json.dumps(body),
                     headers={"Content-Type": "application/json", NAMESPACE_HEADER: self.namespace,
-                             **(headers or {})},
-                    timeout=self.request_timeout_s)
-            except requests.Timeout:
-                what, kind = f"no answer within {self.request_timeout_s:g} s", DEPLOY
+                             **(headers or {})})
+            except (requests.Timeout, AnswerTooLarge) as error:
+                what, kind = problem(error, limits), DEPLOY
                 continue
             except requests.ConnectionError as error:
                 refused = "refused" in str(error).lower()
@@ -342,13 +352,17 @@ class NuclioPlatform:
         started = time.monotonic()
         if self._closing.is_set():
             return Failure(ref.name, UNREACHABLE, "platform closed")
+        limits = Limits(CONNECT_TIMEOUT_S, timeout_s + INVOKE_MARGIN_S, timeout_s + 2 * INVOKE_MARGIN_S,
+                        MAX_ANSWER_BYTES)
         try:
-            response = self._http().post(f"{self.dashboard_url}/api/function_invocations",
-                                         data=json.dumps(request.to_dict()),
-                                         headers=self._invocation_headers(ref, timeout_s),
-                                         timeout=(CONNECT_TIMEOUT_S, timeout_s + INVOKE_MARGIN_S))
+            response = bounded_request("POST", f"{self.dashboard_url}/api/function_invocations", limits,
+                                       session=self._http(), data=json.dumps(request.to_dict()),
+                                       headers=self._invocation_headers(ref, timeout_s))
         except requests.Timeout:
             return Failure(ref.name, TIMEOUT, f"no reply within {timeout_s:g} s", time.monotonic() - started)
+        except AnswerTooLarge as error:
+            return Failure(ref.name, ERROR, f"nuclio dashboard {self.dashboard_url}: {error}",
+                           time.monotonic() - started)
         except requests.RequestException as error:
             reason = "connection refused" if "refused" in str(error).lower() else type(error).__name__
             return Failure(ref.name, UNREACHABLE, f"nuclio dashboard {self.dashboard_url}: {reason}",
@@ -384,11 +398,11 @@ class NuclioPlatform:
 
     def cancel(self, ref: FunctionRef) -> None:
         try:
-            response = self._http().post(f"{self.dashboard_url}/api/function_invocations",
-                                         data=json.dumps({"action": "cancel"}),
-                                         headers=self._invocation_headers(ref, CANCEL_TIMEOUT_S),
-                                         timeout=CANCEL_TIMEOUT_S + INVOKE_MARGIN_S)
-            response.close()
+            bounded_request("POST", f"{self.dashboard_url}/api/function_invocations",
+                            Limits(CONNECT_TIMEOUT_S, CANCEL_TIMEOUT_S + INVOKE_MARGIN_S,
+                                   CANCEL_TIMEOUT_S + 2 * INVOKE_MARGIN_S, MAX_ANSWER_BYTES),
+                            session=self._http(), data=json.dumps({"action": "cancel"}),
+                            headers=self._invocation_headers(ref, CANCEL_TIMEOUT_S))
         except requests.RequestException:
             pass  # a function that cannot be reached has nothing left to cancel
 

@@ -15,10 +15,14 @@ from typing import Callable
 
 import requests
 
+from coach.net.http import Limits, bounded_request
+
 MAX_QUEUED = 100
 TRIES = 4
 FIRST_PAUSE_S = 0.5
-TIMEOUT_S = 5.0
+TIMEOUT_S = 5.0  # per read; a delivery ends within twice this, its answer read up to MAX_ANSWER_BYTES
+MAX_ANSWER_BYTES = 64 << 10  # the webhook's answer is not used: only its status
+LIMITS = Limits(TIMEOUT_S, TIMEOUT_S, 2 * TIMEOUT_S, MAX_ANSWER_BYTES)
 
 
 class Notifier:
@@ -63,7 +67,7 @@ class Notifier:
         pause_s = self.first_pause_s
         for attempt in range(1, self.tries + 1):
             try:
-                answer = requests.post(self.url, json={**payload, "attempt": attempt}, timeout=TIMEOUT_S)
+                answer = bounded_request("POST", self.url, LIMITS, json={**payload, "attempt": attempt})
                 if 200 <= answer.status_code < 300:
                     return True
             except requests.RequestException:

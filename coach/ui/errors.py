@@ -124,6 +124,25 @@ def number(low: float, high: float, *, low_exclusive: bool = False) -> Callable[
     return parse
 
 
+def http_url(text: str) -> str:
+    """An argparse `type=`: an http:// or https:// URL with a host (and a port that is a number); anything else is
+    argparse's one-line error naming the option (exit 2)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text) if len(text) <= 2000 else None
+        port_ok = parts is not None and (parts.port is None or 0 < parts.port)
+    except ValueError:  # a port that is not a number, or out of range
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
+            or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"expected http://HOST:PORT or https://HOST:PORT, got {short(text)}")
+    return text
+
+
+http_url.__name__ = "URL"
+
+
 def percent(low: float, high: float) -> Callable[[str], float]:
     """An argparse `type=`: `10%` or `10` (percent, finite, in (low, high]) -> the fraction 0.1."""
     as_number = number(low, high, low_exclusive=True)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from coach.ui.errors import fail, integer
+from coach.ui.errors import EXIT_INTERRUPTED, fail, http_url, integer
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 MAX_BODY_BYTES = 64 * 1024  # a job file is at most a few hundred bytes; room for comments
@@ -49,8 +49,7 @@ def cmd_serve(args) -> int:
     if served.resumed:
         print(f"coach serve: resuming run {served.run_id} (its cluster and configuration are the manifest's)")
     say_cluster(served.cluster)
-    serve(served, folders, listen, sock)
-    return 0
+    return EXIT_INTERRUPTED if serve(served, folders, listen, sock) else 0
 
 
 def _refused_listening(args, token: str | None) -> str | None:
@@ -288,7 +287,7 @@ def add_commands(sub, subparser, epilog: str, run_options) -> None:
             client.add_argument("--follow", "-f", action="store_true", help="print new lines as they come, until Ctrl-C (default: off)")
             client.add_argument("--lines", "-n", type=integer(0, 1000), default=100, metavar="N",
                                 help="lines of each function's log to start with (default: %(default)s)")
-        client.add_argument("--server", default=DEFAULT_SERVER, metavar="URL",
+        client.add_argument("--server", type=http_url, default=DEFAULT_SERVER, metavar="URL",
                             help="the server (default: %(default)s)")
         client.add_argument("--token", metavar="TOKEN", help=f"its bearer token (default: ${TOKEN_ENV})")
         client.set_defaults(func={"status": cmd_status, "submit": cmd_submit, "stop": cmd_stop,
