@@ -35,6 +35,7 @@ class LiveDriver(Driver):
     def __init__(self, *args, stop_event: threading.Event | None = None, threads: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.stop_event = stop_event or threading.Event()
+        self._stopping = False  # the stop event has been acted on
         self.clock = WallClock()
         # finished work (Work, its future), or a call another thread asked for (None, (callable, its future))
         self._done: queue.SimpleQueue[tuple[Work | None, Future | tuple]] = queue.SimpleQueue()
@@ -68,13 +69,9 @@ class LiveDriver(Driver):
         try:
             for job, event in first_events:
                 self.deliver(job, event)
-            stopping = False
             next_poll_s = time.monotonic() + POLL_S
             while not self.may_end():
-                if self.stop_event.is_set() and not stopping:
-                    stopping = True
-                    self.ports.platform.close()  # in-flight epochs fail at once
-                    self.stop_all()
+                self._stop_if_asked()
                 self._wait_for_work(min(POLL_S, self._until_next_timer_s()))
                 self._fire_timers()
                 if time.monotonic() >= next_poll_s:
@@ -83,6 +80,16 @@ class LiveDriver(Driver):
         finally:
             self._pool.shutdown(wait=True)
             self._refuse_calls()
+
+    def _stop_if_asked(self) -> None:
+        """Once the stop event is set (a signal, a server closing): close the platform, so that in-flight epochs
+        fail at once, and ask every job to stop. Checked before each result is delivered too, so that a failure
+        the stop itself caused (a host that the same Ctrl-C ended) reaches a job that already knows it is
+        interrupted: never a `retry` line, nor a `failed` end."""
+        if self.stop_event.is_set() and not self._stopping:
+            self._stopping = True
+            self.ports.platform.close()
+            self.stop_all()
 
     def _refuse_calls(self) -> None:
         """Calls that came too late for the loop fail, so that no caller waits for ever."""
@@ -106,6 +113,7 @@ class LiveDriver(Driver):
             self._answer(*future)
             return
         self._inflight -= 1
+        self._stop_if_asked()
         try:
             result = future.result()
         except Exception as error:  # a bug in a port: the job stops with its name, the run goes on

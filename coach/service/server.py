@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, served: ServedRun):
         super().__init__(config)
         self.served = served
+        self.signalled = False  # set by SIGINT/SIGTERM: the command then exits 130 (docs/commands.md)
 
     @contextmanager
     def capture_signals(self):
@@ -69,6 +69,7 @@ class _Server(uvicorn.Server):
     def _stop(self, signum, frame) -> None:
         self.force_exit = self.should_exit  # a second signal: do not wait for open connections
         self.should_exit = True
+        self.signalled = True
         self.served.begin_closing()
 
 
@@ -79,8 +80,9 @@ def http_server(served: ServedRun, model_folders: Sequence[Path], listen: Listen
                    served)
 
 
-def serve(served: ServedRun, model_folders: Sequence[Path], listen: Listen, sock: socket.socket) -> None:
-    """Serve until SIGINT or SIGTERM; `served` has started. Prints the address when it listens."""
+def serve(served: ServedRun, model_folders: Sequence[Path], listen: Listen, sock: socket.socket) -> bool:
+    """Serve until SIGINT or SIGTERM; `served` has started. Prints the address when it listens. True when a signal
+    stopped it (the command's one stderr line and exit 130 are `coach.ui.cli.main`'s)."""
     server = http_server(served, model_folders, listen)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -89,5 +91,6 @@ def serve(served: ServedRun, model_folders: Sequence[Path], listen: Listen, sock
         server.run(sockets=[sock])
     finally:
         print("coach serve: stopping; unfinished jobs are interrupted and resume when the server starts again",
-              file=sys.stderr, flush=True)
+              flush=True)
         served.close()
+    return server.signalled

@@ -467,11 +467,15 @@ def _missing_extra(command: str | None, error: ModuleNotFoundError) -> int:
 def main(argv=None) -> int:
     """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included).
     SIGINT and SIGTERM raise KeyboardInterrupt from the first line on (parsing and lazy imports included): one line,
-    exit code 130, whatever the command was doing (its own handlers, if any, clean up first)."""
+    exit code 130, whatever the command was doing (its own handlers, if any, clean up first); a command that
+    handled the signal itself and returns 130 gets the same line."""
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)
                 if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays ignored (nohup, `cmd &`)
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code != EXIT_INTERRUPTED:
+            return code
+        raise KeyboardInterrupt  # a command that caught the signal itself (run, experiment, serve) ends the same way
     except KeyboardInterrupt:
         print("coach: interrupted", file=sys.stderr)
         if _STANDALONE:
