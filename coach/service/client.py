@@ -95,7 +95,7 @@ class Client:
             raise ClientError(f"{url}: not a Coach server's answer (an event that is not JSON)") from None
 
     def stop(self, job: str) -> dict:
-        return self._call("POST", f"/api/jobs/{requests.utils.quote(job, safe='')}/stop")
+        return self._call("POST", f"/api/jobs/{quote(job, safe='')}/stop")
 
 
 def _failed(error: requests.RequestException) -> str:

@@ -30,7 +30,7 @@ def host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-async def _answer(send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def _answer(send, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -80,7 +80,7 @@ class Guard:
             return await _answer(send, 403, foreign)
         refusal = self._refusal(scope)
         if refusal is not None:
-            return await _answer(send, 401, refusal, [(b"www-authenticate", b"Bearer")])
+            return await _answer(send, 401, refusal, ((b"www-authenticate", b"Bearer"),))
         path = scope.get("path")
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):

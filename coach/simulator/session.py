@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +28,7 @@ PRICE_PER_GPU_S = 3.0 / 3600
 SHAPE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,3})")
 MAX_SHAPE_GPUS = 1_000_000  # also the most GPUs a cluster file may hold in all
 #: The latest simulated second results can date (9999-12-31, the last day `datetime` knows).
-MAX_SIMULATED_S = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp() - START_S
+MAX_SIMULATED_S = datetime(9999, 12, 31, tzinfo=UTC).timestamp() - START_S
 
 
 class SimulationInputError(ValueError):
