@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from coach.analysis.power import ALPHA, POWER
 
@@ -22,7 +22,7 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], alpha: float = ALPHA)
 
     names = sorted(set(a) & set(b))
     diffs = [b[n] - a[n] for n in names]
-    result = {"pairs": len(names), "mean_diff_s": None, "t_p": None, "wilcoxon_p": None, "detectable_s": None,
+    result: dict[str, Any] = {"pairs": len(names), "mean_diff_s": None, "t_p": None, "wilcoxon_p": None, "detectable_s": None,
               "verdict": "too few jobs completed in both"}
     if len(names) < MIN_PAIRS:
         return result
@@ -34,10 +34,11 @@ def paired(a: Mapping[str, float], b: Mapping[str, float], alpha: float = ALPHA)
     if spread == 0:
         result["verdict"] = "identical" if mean == 0 else ("B slower" if mean > 0 else "B faster")
         return result
-    result["t_p"] = round(float(stats.ttest_rel([b[n] for n in names], [a[n] for n in names]).pvalue), 6)
+    t_p = round(float(stats.ttest_rel([b[n] for n in names], [a[n] for n in names]).pvalue), 6)
+    result["t_p"] = t_p
     if any(diffs):
         result["wilcoxon_p"] = round(float(stats.wilcoxon(diffs).pvalue), 6)
-    if result["t_p"] < alpha:
+    if t_p < alpha:
         result["verdict"] = "B slower" if mean > 0 else "B faster"
     else:
         result["verdict"] = "no detectable difference"

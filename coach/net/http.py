@@ -162,7 +162,7 @@ def bounded_request(method: str, url: str, limits: Limits = Limits(), *,
         response = session.request(method, url, stream=True, timeout=(limits.connect_s, limits.read_s), **kwargs)
         try:
             response._content = _body(response, limits, start, watch)  # what .content would have read
-            response._content_consumed = True
+            response._content_consumed = True  # type: ignore[attr-defined]  # requests keeps it off its type
         finally:
             response.close()
         return response
