@@ -128,10 +128,13 @@ def node_bodies(name: str, slots: int, run: str) -> tuple[dict, dict]:
 
 #: The load generator: `python -c _LOAD` with a JSON job on stdin's first line ({"url", "namespace", "headers",
 #: "tls", "bodies", "connections"}); waits for a second line, creates the pods over that many keep-alive
-#: connections, prints {"first_s", "last_s", "failed", "cpu_s"} (monotonic clock, system-wide). A pod creator's
+#: connections, prints {"first_s", "last_s", "failed", "cpu_s"} (monotonic clock, system-wide); SIGINT and
+#: SIGTERM end it at once without a word. A pod creator's
 #: own HTTP stack is not what is measured, so it is plain http.client over one TLS context.
 _LOAD = """
-import http.client, json, ssl, sys, threading, time
+import http.client, json, os, signal, ssl, sys, threading, time
+for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C reaches the bench's group: leave quietly, it cleans up
+    signal.signal(signum, lambda *_: os._exit(130))
 job = json.loads(sys.stdin.readline())
 host, port = job["url"].split("//")[1].rsplit(":", 1)
 tls = job["tls"]

@@ -116,8 +116,8 @@ def run_bench_command(kubeconfig: str, nodes: int, pods: int, profile: str, slot
                 result = bench.run(Path(folder) / "coach-scheduler.log")
         finally:
             signal.signal(signal.SIGTERM, previous)
-    except KeyboardInterrupt:  # Bench.run has removed what it created
-        print("coach bench kube-scheduler: interrupted; its nodes, pods and namespace are removed", file=sys.stderr)
+    except KeyboardInterrupt:  # Bench.run has removed what it created; `coach: interrupted` is main's last line
+        say("its nodes, pods and namespace are removed")
         return EXIT_INTERRUPTED
     except ValueError as error:
         print(f"coach bench kube-scheduler: {error}", file=sys.stderr)

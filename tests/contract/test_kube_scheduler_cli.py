@@ -107,7 +107,20 @@ def test_a_kubeconfig_that_is_no_regular_small_file_is_named_for_what_it_is(tmp_
     assert one_line(capsys.readouterr().err) == f"coach scheduler: --kubeconfig: {path}: {says}"
 
 
-def test_an_interrupted_bench_removes_what_it_made_and_exits_130(control_plane, podgroup_crd, tmp_path):
+def _bench_objects(core, kind: str) -> list:
+    """The bench's nodes (labelled coach.io/bench), or the pods in its namespace (labelled so too)."""
+    if kind == "nodes":
+        return core.list_node(label_selector="coach.io/bench").items
+    return [pod for ns in core.list_namespace(label_selector="coach.io/bench").items
+            for pod in core.list_namespaced_pod(ns.metadata.name, limit=1).items]
+
+
+@pytest.mark.parametrize("when", ["nodes", "pods"])  # while it creates its nodes; while its pods are scheduled
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_bench_removes_what_it_made_and_exits_130(control_plane, podgroup_crd, tmp_path, sig, when):
+    """The signal goes to the bench's whole process group (its `coach scheduler` and binder included), as a
+    terminal's Ctrl-C does: what it made is removed, `coach: interrupted` ends its few progress lines, no
+    traceback."""
     import signal
     import subprocess
     import sys
@@ -118,18 +131,25 @@ def test_an_interrupted_bench_removes_what_it_made_and_exits_130(control_plane, 
     config = control_plane.write_kubeconfig(tmp_path / "kubeconfig")
     bench = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "bench", "kube-scheduler", "--kubeconfig",
                               str(config), "--nodes", "300", "--pods", "1200", "--schedulers", "coach"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     with control_plane.client() as api:
         core = client.CoreV1Api(api)
         deadline = time.monotonic() + 60
-        while not core.list_node(label_selector="coach.io/bench").items and time.monotonic() < deadline:
-            time.sleep(0.1)  # stopped while it creates its nodes
-        bench.send_signal(signal.SIGTERM)
-        out, err = bench.communicate(timeout=120)
+        while not _bench_objects(core, when) and time.monotonic() < deadline and bench.poll() is None:
+            time.sleep(0.1)
+        assert bench.poll() is None, bench.communicate()
+        os.killpg(bench.pid, getattr(signal, sig))
+        try:
+            out, err = bench.communicate(timeout=120)
+        finally:
+            if bench.poll() is None:
+                os.killpg(bench.pid, signal.SIGKILL)
         assert bench.returncode == 130, err
-        assert err.strip().splitlines()[-1] == (
-            "coach bench kube-scheduler: interrupted; its nodes, pods and namespace are removed")
         assert "Traceback" not in err and out == ""
+        *progress, last = err.splitlines()  # stderr is the bench's progress channel: a few lines, not thousands
+        assert last == "coach: interrupted", err
+        assert progress[-1] == "coach bench kube-scheduler: its nodes, pods and namespace are removed", err
+        assert len(progress) <= 5 and all(line.startswith("coach bench kube-scheduler: ") for line in progress), err
         assert core.list_node(label_selector="coach.io/bench").items == []
         assert [ns.metadata.name for ns in core.list_namespace(label_selector="coach.io/bench").items
                 if ns.status.phase != "Terminating"] == []
