@@ -14,20 +14,11 @@ from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
 from coach.ui.errors import fail, integer, number
+from coach.ui.simulate_output import progress_bar, unique_dir
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
 MAX_BUDGET_FACTOR = 1000.0
-REFRESH_S = 0.1  # the progress bar is redrawn at most this often
-
-
-def _unique_dir(base: Path, run_id: str) -> Path:
-    """results/<run_id>, or -2, -3...: an earlier run's folder is never written over."""
-    candidate, n = base / run_id, 1
-    while candidate.exists():
-        n += 1
-        candidate = base / f"{run_id}-{n}"
-    return candidate
 
 
 def _results_problem(results_dir: Path) -> str | None:
@@ -72,7 +63,7 @@ def cmd_simulate(args) -> int:
     profile, policy = args.scheduler, args.policy[0]
     settings = Settings(Path(args.workload[0]), cluster, policy, profile, args.interval, args.seed,
                         Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
-    progress, on_round = _progress(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
+    progress, on_round = progress_bar(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     started = time.perf_counter()
     try:
         outcome, count = simulate(settings, on_round)
@@ -82,7 +73,7 @@ def cmd_simulate(args) -> int:
         if progress is not None and progress.live.is_started:  # stopping one never started prints an empty line
             progress.stop()
     elapsed_s = time.perf_counter() - started
-    run_dir = _unique_dir(results_dir, settings.run_id)
+    run_dir = unique_dir(results_dir, settings.run_id)
     try:
         summary = _write_whole(results, run_dir, outcome, settings)
     except OSError as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
@@ -122,32 +113,6 @@ def _write_whole(results, run_dir: Path, outcome, settings) -> dict:
     finally:
         shutil.rmtree(partial, ignore_errors=True)  # gone already when renamed
     return summary
-
-
-def _progress(quiet: bool, label: str = "simulating"):
-    """A rich progress bar on stderr (jobs finished), or nothing with --quiet. `label`: a sweep's run i/n."""
-    if quiet:
-        return None, None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn(label.replace("[", r"\[")), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
-                        TimeElapsedColumn(), TextColumn("{task.fields[clock]}"),
-                        console=Console(file=sys.stderr), transient=True)
-    state = {"task": None, "total": 0, "shown_s": 0.0}
-
-    def on_round(now_s: float, left: int) -> None:
-        if state["task"] is None:
-            state["total"] = left
-            state["task"] = progress.add_task("simulate", total=left, clock="")
-            progress.start()
-        wall_s = time.monotonic()
-        if wall_s - state["shown_s"] >= REFRESH_S or left == 0:
-            state["shown_s"] = wall_s
-            progress.update(state["task"], completed=state["total"] - left,
-                            clock=f"simulated {now_s / 3600:.1f} h")
-
-    return progress, on_round
 
 
 def _policy_list(text: str) -> list[str]:

@@ -100,7 +100,7 @@ def cmd_sweep(args, cluster) -> int:
     from coach.simulator.apps import AppTraceError
     from coach.simulator.session import Settings, SimulationInputError, simulate
     from coach.simulator.workloads import WorkloadError
-    from coach.ui.simulate_cli import _progress, _unique_dir
+    from coach.ui.simulate_output import progress_bar as _progress, unique_dir as _unique_dir
 
     results_dir, workloads, policies = Path(args.results), [Path(w) for w in args.workload], args.policy
     per_node = max(node.slots for node in cluster.nodes)
