@@ -55,13 +55,20 @@ The rules, in order:
    budget, then capacity, because capacity is the most transient and budget the job's own: a step over
    budget stays unaffordable when slots free up. A job that settled at its current counts although a step
    from them would be worth taking says "gain": it chose to stay.
+
+Option (off by default, so `coach run` never uses it): `worker_sizes(workers, max_workers)` names the worker
+counts one worker step may reach instead of workers + 1 (the simulator's coach policy passes Pollux's: every
+count up to one node more, then whole nodes). The worker step is then, among the allowed sizes whose utility is
+positive, the one with the largest gain per added slot (ties: the smaller), else the +1 step; it takes as many
+slots as workers it adds. Why: goodput may dip one GPU past a node boundary (the step onto a second node pays
+the network) and rise beyond it, where +1 steps stall.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from coach.domain.identity import slots_for
 from coach.estimates.cost import cost_from_speed
@@ -176,10 +183,11 @@ class _Step:
     cost: float  # predicted epoch cost after the step
     excluded_by: str | None  # LIMIT, BUDGET or CAPACITY; None when the step is allowed
     money_ratio: float = math.inf  # money per epoch after the step / before (price-free: slots x epoch time)
+    size: int = 1  # workers or servers added (more than 1 only with allocate's worker_sizes)
 
     @property
     def gain_per_slot(self) -> float:
-        return self.gain / SLOTS_PER_STEP
+        return self.gain / (SLOTS_PER_STEP * self.size)
 
 
 def money_ratio(speed_now: float, speed_after: float, slots_now: int, slots_after: int) -> float:
@@ -201,14 +209,19 @@ def _money(amount: float) -> str:
     return f"{amount:.4g}"
 
 
-def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.05) -> dict[str, Allocation]:
+WorkerSizes = Callable[[int, "int | None"], Iterable[int]]
+
+
+def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.05,
+             worker_sizes: WorkerSizes | None = None) -> dict[str, Allocation]:
     """Worker and server counts for every job, keyed by job name in the order given. See the module docstring.
 
     `free_slots` is what the jobs may share now; `min_gain` is the smallest relative speed gain a step must
-    bring. Raises ValueError for a negative `free_slots` or `min_gain` and for duplicate job names.
+    bring; `worker_sizes` (None: +1 worker) the worker counts one step may reach, see the module docstring.
+    Raises ValueError for a negative `free_slots` or `min_gain` and for duplicate job names.
     """
     _check_arguments(demands, free_slots, min_gain)
-    allocator = _Allocator(demands, free_slots, min_gain)
+    allocator = _Allocator(demands, free_slots, min_gain, worker_sizes)
     allocator.start()
     allocator.grow()
     allocator.settle()
@@ -234,9 +247,11 @@ class _Allocator:
     so a model that is not quite pure cannot make the result wobble.
     """
 
-    def __init__(self, demands: Sequence[JobDemand], free_slots: int, min_gain: float) -> None:
+    def __init__(self, demands: Sequence[JobDemand], free_slots: int, min_gain: float,
+                 worker_sizes: WorkerSizes | None = None) -> None:
         self.demands = demands
         self.min_gain = min_gain  # the smallest relative speed gain a step must bring
+        self.worker_sizes = worker_sizes  # the worker counts one step may reach; None: +1
         self.free = free_slots  # slots no job holds yet
         self.counts: list[tuple[int, int]] = []  # (workers, servers) per job; (0, 0) when not started
         self.fixed: dict[int, tuple[str, str]] = {}  # jobs that never grow: index -> (stopped_by, reason)
@@ -262,8 +277,25 @@ class _Allocator:
         """The job's two steps from its counts now: +1 worker, then +1 server."""
         workers, servers = self.counts[index]
         demand, now = self.demands[index], self.f(index, workers, servers)
-        return (self._step(index, WORKER, (workers + 1, servers), demand.max_workers, now),
+        return (self._worker_step(index, now),
                 self._step(index, SERVER, (workers, servers + 1), demand.max_servers, now))
+
+    def _worker_step(self, index: int, now: float) -> _Step:
+        """+1 worker; with worker_sizes the useful size with the most gain per slot (ties: the smaller), an
+        allowed one first (else the excluded one tells why the job stopped), or +1 when no size is useful."""
+        workers, servers = self.counts[index]
+        limit = self.demands[index].max_workers
+        one = self._step(index, WORKER, (workers + 1, servers), limit, now)
+        if self.worker_sizes is None:
+            return one
+        targets = sorted({t for t in self.worker_sizes(workers, limit) if t > workers + 1})
+        useful = [step for step in [one, *(self._step(index, WORKER, (t, servers), limit, now) for t in targets)]
+                  if step.utility > 0]
+        allowed = [step for step in useful if step.excluded_by is None]
+        for group in (allowed, useful):
+            if group:
+                return max(group, key=lambda step: (round(step.gain_per_slot, 9), -step.size))
+        return one
 
     def _step(self, index: int, kind: str, after_counts: tuple[int, int], limit: int | None, now: float) -> _Step:
         """One step to `after_counts`, with what it brings, what it costs and the first constraint it breaks."""
@@ -272,10 +304,11 @@ class _Allocator:
         utility = (after if _usable(after) else 0.0) - now
         step_cost = self.cost(index, *after_counts)
         raised = after_counts[0] if kind == WORKER else after_counts[1]
+        size = raised - (self.counts[index][0] if kind == WORKER else self.counts[index][1])
         excluded_by = _first_broken(over_limit=limit is not None and raised > limit,
-                                    over_budget=step_cost > demand.per_epoch_budget, no_slot=self.free < 1)
+                                    over_budget=step_cost > demand.per_epoch_budget, no_slot=self.free < size)
         ratio = money_ratio(now, after, slots_for(*self.counts[index]), slots_for(*after_counts))
-        return _Step(kind, utility, utility / now, step_cost, excluded_by, ratio)
+        return _Step(kind, utility, utility / now, step_cost, excluded_by, ratio, size)
 
     # Rule 1: starts, in the order given.
 
@@ -310,7 +343,8 @@ class _Allocator:
         """Take the largest gain per slot across all jobs, one step at a time, until no step is worth a slot.
 
         A job's steps change only when it grows (free slots matter only once none is left, which ends the
-        growth), so each job's best step is kept until then.
+        growth), so each job's best step is kept until then; with worker_sizes, a step of several workers that no
+        longer fits is chosen again.
         """
         best_of = {index: self._candidate(index) for index in range(len(self.demands)) if index not in self.fixed}
         while self.free >= 1:
@@ -318,6 +352,9 @@ class _Allocator:
             if chosen is None:
                 break
             index, step = chosen
+            if SLOTS_PER_STEP * step.size > self.free:  # a step of several workers no longer fits: choose again
+                best_of[index] = self._candidate(index)
+                continue
             self._take(index, step)
             best_of[index] = self._candidate(index)
 
@@ -328,9 +365,10 @@ class _Allocator:
 
     def _take(self, index: int, step: _Step) -> None:
         workers, servers = self.counts[index]
-        self.counts[index] = (workers + 1, servers) if step.kind == WORKER else (workers, servers + 1)
-        self.free -= SLOTS_PER_STEP
-        self.growth[index].append(f"{_counts(workers, servers)} +1 {step.kind} -> {_counts(*self.counts[index])}: "
+        self.counts[index] = (workers + step.size, servers) if step.kind == WORKER else (workers, servers + step.size)
+        self.free -= SLOTS_PER_STEP * step.size
+        self.growth[index].append(f"{_counts(workers, servers)} +{step.size} {step.kind} -> "
+                                  f"{_counts(*self.counts[index])}: "
                                   f"{_step_text(step)} ({_source(self.demands[index], *self.counts[index])})")
 
     # Rule 4: settling.
@@ -456,7 +494,7 @@ class _Allocator:
         top = _more_useful(self.steps(index))
         assert top is not None
         if index in self.chosen_by_rule and top.excluded_by is None and _worth(top, self.min_gain):
-            return GAIN, (f"+1 {top.kind} would gain {_percent(top.gain)} but settling chose "
+            return GAIN, (f"+{top.size} {top.kind} would gain {_percent(top.gain)} but settling chose "
                           f"{_counts(*self.counts[index])}")
         return _why(top, self.demands[index], self.min_gain)
 
@@ -565,13 +603,14 @@ def _seconds(epochs_per_s: float) -> str:
 
 def _step_text(step: _Step) -> str:
     """What a step brings for what it costs, e.g. "+12.0% speed for 1 slot, 1.19x the money per epoch"."""
-    return (f"{step.gain * 100:+.1f}% speed for {SLOTS_PER_STEP} slot, {step.money_ratio:.2f}x the money per "
-            f"epoch")
+    slots = SLOTS_PER_STEP * step.size
+    return (f"{step.gain * 100:+.1f}% speed for {slots} slot{'s' if slots > 1 else ''}, {step.money_ratio:.2f}x "
+            f"the money per epoch")
 
 
 def _why(step: _Step, demand: JobDemand, min_gain: float) -> tuple[str, str]:
     """stopped_by and reason told by the job's more useful step, which growth did not take."""
-    head = f"+1 {step.kind} would gain {_percent(step.gain)}"
+    head = f"+{step.size} {step.kind} would gain {_percent(step.gain)}"
     if not (step.utility > 0 and step.gain >= min_gain):
         if step.gain < min_gain:
             return GAIN, f"{head} < {min_gain * 100:.3g}%"

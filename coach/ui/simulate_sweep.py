@@ -3,7 +3,7 @@
 Every (workload, policy) run is written as a single `coach simulate` writes it (its own folder, `coach compare`
 reads it); then a sweep folder gets comparison.json and comparison.md (per run: mean, median and p99 JCT,
 makespan, mean queueing, restarts, utilization, GPU time in restart delays, fairness; per policy against the
-first on the same workload: the paired tests over jobs), jct_cdf.png and utilization.png (every run overlaid).
+first on the same workload: the paired tests over jobs; with several workloads, also pooled over all their jobs), jct_cdf.png and utilization.png (every run overlaid).
 Fairness: each job's slowdown is its JCT over its time alone at its request (coach.simulator.engine.alone_s);
 per run, the mean and worst slowdown and Jain's index over the slowdowns.
 """
@@ -55,6 +55,13 @@ def _pairs(rows: list[dict], policies: list[str]) -> list[dict]:
         if row["policy"] != policies[0]:
             a = base[row["workload"]]
             found.append({"a": a["label"], "b": row["label"], **paired(a["jct_s"], row["jct_s"])})
+    if len(base) > 1:  # several workloads: also pooled over every job of every workload
+        def pooled(policy: str) -> dict[str, float]:
+            return {f"{Path(r['workload']).stem}/{name}": jct for r in rows if r["policy"] == policy
+                    for name, jct in r["jct_s"].items()}
+        for policy in policies[1:]:
+            found.append({"a": f"{policies[0]} @ all", "b": f"{policy} @ all",
+                          **paired(pooled(policies[0]), pooled(policy))})
     return found
 
 

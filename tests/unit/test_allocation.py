@@ -404,3 +404,29 @@ def test_jobs_start_in_the_order_given(demands, free_slots):
     started = [allocations[d.job].workers > 0 for d in demands]
     assert started == sorted(started, reverse=True)
     assert sum(started) == min(len(demands), free_slots // 3)
+
+
+# --------------------------------------------------------------------------- worker_sizes (the simulator's option)
+
+DIP = Table({(1, 1): 1.0, (2, 1): 1.9, (3, 1): 2.9, (4, 1): 4.07, (5, 1): 4.02, (6, 1): 4.1, (8, 1): 6.0},
+            default=0.0)
+
+
+def test_worker_sizes_let_one_step_cross_a_dip_that_stalls_plus_one_steps():
+    def sizes(workers: int, limit: int | None) -> list[int]:
+        return list(range(workers + 1, 9))
+
+    alone = allocate([demand(speed=DIP, max_servers=1)], free_slots=100, min_gain=0.0)["a"]
+    assert (alone.workers, alone.stopped_by) == (4, GAIN)  # +1 worker loses speed at 5
+    jumped = allocate([demand(speed=DIP, max_servers=1)], free_slots=100, min_gain=0.0, worker_sizes=sizes)["a"]
+    assert jumped.workers == 8
+    assert jumped.growth[-1].startswith("(4,1) +4 worker -> (8,1): +47.4% speed for 4 slots")
+
+
+def test_a_step_of_several_workers_that_no_longer_fits_is_chosen_again_within_the_free_slots():
+    def sizes(workers: int, limit: int | None) -> list[int]:
+        return list(range(workers + 1, 9))
+
+    # (1,1) takes 3 slots; 3 more give (4,1), and the step to (8,1) does not fit: the job ends at 4 workers
+    chosen = allocate([demand(speed=DIP, max_servers=1)], free_slots=6, min_gain=0.0, worker_sizes=sizes)["a"]
+    assert (chosen.workers, chosen.servers, chosen.stopped_by) == (4, 1, CAPACITY)

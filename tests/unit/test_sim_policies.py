@@ -315,3 +315,10 @@ def test_pollux_ramp_lets_a_job_at_most_double_what_it_has_trained_on():
     assert gpus_of(policy.allocate(snap(job("a", app=app, gpus=2), nodes=(16,)))) == {"a": 4}
     assert gpus_of(policy.allocate(snap(job("a", app=app), nodes=(16,)))) == {"a": 4}  # preempted: remembers 2
     assert gpus_of(Pollux(ramp=False).allocate(snap(job("a", app=app), nodes=(16,)))) == {"a": 16}
+
+
+def test_coach_steps_across_a_goodput_dip_at_a_node_boundary_as_pollux_does():
+    app = DipApp()
+    assert gpus_of(Coach().allocate(snap(job("bert", app=app), nodes=(4, 4, 4, 4)))) == {"bert": 16}
+    # one GPU at a time (the thesis's greedy) stalls where the fifth GPU, on a second node, is slower than four
+    assert gpus_of(Coach(node_steps=False).allocate(snap(job("bert", app=app), nodes=(4, 4, 4, 4)))) == {"bert": 4}
