@@ -439,8 +439,15 @@ class JobLifecycle:
         return out + self._wait(now_s + backoff_s, "resubmit")
 
     def _deploy(self, ids: tuple[FunctionId, ...]) -> list[cmd.Command]:
+        """Deploy `ids`. The job shows `deploying` only once every function it wants is bound; with a quorum and
+        some still pending it goes on showing that it waits for slots (and starts with the functions placed)."""
         self.awaiting = Awaiting.DEPLOY
-        self._show("deploying", f"{len(ids)} functions")
+        placed = sum(1 for fid in self._wanted if fid in self.bound)
+        if placed < len(self._wanted):
+            self._show("waiting", f"{placed}/{len(self._wanted)} placed: {self._why_pending or 'waiting for slots'}"
+                                  f"; starting with the {placed} placed")
+        else:
+            self._show("deploying", f"{len(ids)} functions")
         return [cmd.Deploy(tuple((fid, self.bound[fid]) for fid in ids), str(self.spec.model_path),
                            self.spec.batch_size)]
 

@@ -26,15 +26,25 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("pods not created", "its functions could not be created"),
     ("not created yet", "its functions are being created"),
 )
-RETRY = re.compile(r"retry in ([0-9.]+) s")
 ROLE_ORDER = ("scheduler", "server", "worker")
 
 
+RETRY = re.compile(r"retry in ([0-9.]+) s")
+PLUGIN = re.compile(r"^[A-Z][A-Za-z]*: ")  # a scheduler plugin's name before its reason: "HeadOfLine: "
+PODS = re.compile(r"\bpod(s?)\b")
+NOT_A_REASON = re.compile(r"retry in [0-9.]+ s|starting with the [0-9]+ placed")  # what the job does meanwhile
+
+
 def plain_reasons(message: str) -> list[str]:
-    """The placement's reasons in `message`, each as words (in REASONS' order, each once)."""
-    lowered = message.lower()
-    found = [words for phrase, words in REASONS if phrase in lowered]
-    return found or ([] if not message else [message])
+    """The placement's reasons in `message` ("; " between them), each as words, each once. A reason no entry of
+    REASONS knows is shown without the plugin's name before it, and with functions for pods."""
+    found: list[str] = []
+    for part in (p.strip() for p in message.split("; ") if not NOT_A_REASON.fullmatch(p.strip())):
+        text = PLUGIN.sub("", part)
+        lowered = text.lower()
+        words = [w for phrase, w in REASONS if phrase in lowered] or ([PODS.sub(r"function\1", text)] if text else [])
+        found += [w for w in words if w not in found]
+    return found
 
 
 def _count(n: int, what: str) -> str:

@@ -176,7 +176,7 @@ def _watch(args) -> int:
                 live.update(Group(_status_table(last, args.server), note) if last else note, refresh=True)
             time.sleep(args.watch)
     except KeyboardInterrupt:
-        return 0
+        return EXIT_INTERRUPTED  # Ctrl-C is how a watch ends: the same one line and 130 as every command
     finally:
         if live is not None:
             live.stop()

@@ -76,3 +76,33 @@ def test_clients_facing_something_that_is_not_coach_say_so_in_one_line(tmp_path,
     finally:
         other.shutdown()
         other.server_close()
+
+
+def test_status_watch_prints_each_refresh_until_ctrl_c_which_exits_130(serve, tmp_path):
+    """`coach status --watch S --json`, a real process: one JSON line per refresh, and Ctrl-C (SIGINT) ends it with
+    the one line every command ends with and exit code 130."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    server = serve()
+    assert server.post("/api/jobs", job_text("watched", max_epochs=2, workers=1)).status_code == 201
+    out = tmp_path / "watch.out"
+    with open(out, "w") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "status", "--server", server.url,
+                                    "--watch", "0.2", "--json"], stdout=sink, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(out.read_text().splitlines()) >= 2, 30, "two refreshes")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert process.returncode == 130, err
+    assert err.strip() == "coach: interrupted"
+    assert len(lines) >= 2 and all(line["error"] is None for line in lines)
+    assert all([job["job"] for job in line["jobs"]] == ["watched"] for line in lines)
+    assert lines[0]["at"] <= lines[-1]["at"] and lines[0]["run_id"] == lines[-1]["run_id"]

@@ -64,6 +64,11 @@ def test_budget_and_waiting_read_in_plain_words():
     assert view["why"] == ["no node has a free slot for its functions"] and view["queue"] == "first in the queue"
     assert "fewer workers" in view["fewer"] and "30 s" in view["next_try"]
     assert plain_reasons("NodeSlotsFit: queued") == ["jobs submitted earlier are placed first (first in, first out)"]
+    # a reason no entry knows loses its plugin's name and says functions, not pods; the retry is not a reason
+    assert plain_reasons("HeadOfLine: behind job a, which is still placing its pods; retry in 2 s") == [
+        "behind job a, which is still placing its functions"]
+    assert plain_reasons("3/4 placed: x; starting with the 3 placed".split(": ", 1)[1]) == [
+        "x"]
 
 
 def test_every_phase_is_in_the_metrics_with_each_jobs_budget_and_loss(serve):

@@ -678,6 +678,20 @@ def test_no_quorum_by_the_deadline_requeues_with_backoff_and_the_sixth_timeout_i
     assert d.lc.done and d.lc.status().phase == "failed"
 
 
+def test_a_job_with_its_quorum_but_not_all_its_functions_placed_says_it_waits_for_slots_not_deploying():
+    d = Driver()
+    d.send(Start(T0))
+    d.send(Decided(T0, STATIC))
+    quorum = {SCHED: "node-a", S0: "node-a", W0: "node-b"}  # the second worker is still pending
+    assert d.send(Bindings(T0 + 1, quorum, WHY)) == [Deploy(tuple(quorum.items()), MODEL, 32)]
+    assert (d.lc.status().phase, d.lc.status().message) == ("waiting", f"3/4 placed: {WHY}; starting with the 3 placed")
+    d2 = Driver()
+    d2.send(Start(T0))
+    d2.send(Decided(T0, STATIC))
+    d2.bind_all(T0 + 1)
+    assert (d2.lc.status().phase, d2.lc.status().message) == ("deploying", "4 functions")
+
+
 def test_a_timer_past_the_placement_deadline_requeues_too():
     d = Driver(timeout_s=20.0)
     d.send(Start(T0))

@@ -81,11 +81,13 @@ function tone(job) {
   if (job.phase === "failed") return "bad";
   return "run";
 }
+const SLOTLESS = ["waiting", "requeued", "deploying"];  // phases in which a job with pending functions runs nothing
 function phaseWords(job) {
   if (job.ending) return { target: "done · target reached", budget: "done · budget spent",
     max_epochs: "done · max epochs", stopped: "stopped by user", interrupted: "interrupted",
     failed: "failed" }[job.ending.kind] || job.phase;
-  if (job.waiting) return "waiting for slots";
+  if (job.waiting && SLOTLESS.includes(job.phase)) return "waiting for slots";
+  if (job.waiting) return `${job.phase} · more wait for slots`;  // it runs with the functions placed so far
   return job.phase;
 }
 function noteOf(job) {
@@ -403,8 +405,15 @@ for (const id of ["compare-controls", "job-controls"]) {
 $("compare-metric").addEventListener("change", () => drawCompare());
 
 // -- logs: read once, then only what is new; keyed by run and job -------------------------------------------------
-async function recordsOf(job) {
+const reading = new Map();  // key(job) -> the read in flight: two callers at once (the compare chart and a job's
+// page) share it, or both would append the same records to the job's log
+function recordsOf(job) {
   const k = key(job);
+  if (!reading.has(k)) reading.set(k, readRecords(job, k).finally(() => reading.delete(k)));
+  return reading.get(k);
+}
+
+async function readRecords(job, k) {
   const log = state.logs.get(k) || [];
   state.logs.set(k, log);
   for (;;) {
@@ -656,15 +665,15 @@ function onBoard(board) {
   $("run").textContent = `run ${board.run_id}`;
   renderJobs();
   renderNodes();
-  let changed = false;
-  for (const job of board.jobs) {  // curves are read again when a job has a new step
+  const changed = new Set();  // curves are read again when a job has a new step; only the charts that show it
+  for (const job of board.jobs) {  // are drawn again (a redraw would hide the tooltip under the cursor)
     const mark = `${job.epoch}:${job.phase}:${job.step_workers}`;
-    if (state.marks.get(key(job.job)) !== mark) { state.marks.set(key(job.job), mark); changed = true; }
+    if (state.marks.get(key(job.job)) !== mark) { state.marks.set(key(job.job), mark); changed.add(job.job); }
   }
   if (state.view === "job") {
     renderJobHead(state.viewJob);
-    if (changed) { drawJob(state.viewJob).catch(() => {}); loadOverview(state.viewJob); }
-  } else if (changed) drawCompare().catch(() => {});
+    if (changed.has(state.viewJob)) { drawJob(state.viewJob).catch(() => {}); loadOverview(state.viewJob); }
+  } else if ([...changed].some((job) => state.compare.has(job))) drawCompare().catch(() => {});
 }
 
 function setOnline(on) {
