@@ -48,6 +48,11 @@ MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600  # a week
 MAX_FREE_SLOTS = 100_000 * 100_000  # the largest cluster: 100,000 nodes x 100,000 slots
 MAX_BENCH_NODES = 100_000
 MAX_BENCH_PODS = 1_000_000
+# `coach bench kube-scheduler` creates every node and pod on a real apiserver and binds them, about 100-300 pods per
+# second per scheduler on 2 cores: at 10,000 nodes and 20,000 pods it took 552 s (kube-scheduler alone 186 s, a
+# loaded machine, 2026-11-28); at these bounds, its defaults, about a minute idle (benchmarks/results.md)
+MAX_KUBE_BENCH_NODES = 5_000
+MAX_KUBE_BENCH_PODS = 10_000
 MAX_SLOTS_PER_NODE = 100_000
 MAX_SEED = 2**32 - 1
 MAX_URL_CHARS = 2000  # the longest --checkpoints URL
@@ -306,12 +311,15 @@ def subparser(sub, name: str, **options) -> argparse.ArgumentParser:
     return sub.add_parser(name, formatter_class=argparse.RawDescriptionHelpFormatter, **options)
 
 
-def _cluster_size_options(parser: argparse.ArgumentParser, nodes: int, pods: int, verb: str) -> None:
-    """--nodes, --pods and --slots-per-node of a benchmark's synthetic cluster, with their bounds."""
-    parser.add_argument("--nodes", type=integer(1, MAX_BENCH_NODES), default=nodes, metavar="N",
-                        help=f"nodes, 1 <= N <= {MAX_BENCH_NODES} (default: %(default)s)")
-    parser.add_argument("--pods", type=integer(1, MAX_BENCH_PODS), default=pods, metavar="P",
-                        help=f"pods to {verb}, 1 <= P <= {MAX_BENCH_PODS} (default: %(default)s)")
+def _cluster_size_options(parser: argparse.ArgumentParser, nodes: int, pods: int, verb: str,
+                          most: tuple[int, int] = (MAX_BENCH_NODES, MAX_BENCH_PODS)) -> None:
+    """--nodes, --pods and --slots-per-node of a benchmark's synthetic cluster, with their bounds (`most`: the
+    largest nodes and pods)."""
+    most_nodes, most_pods = most
+    parser.add_argument("--nodes", type=integer(1, most_nodes), default=nodes, metavar="N",
+                        help=f"nodes, 1 <= N <= {most_nodes} (default: %(default)s)")
+    parser.add_argument("--pods", type=integer(1, most_pods), default=pods, metavar="P",
+                        help=f"pods to {verb}, 1 <= P <= {most_pods} (default: %(default)s)")
     parser.add_argument("--slots-per-node", type=integer(1, MAX_SLOTS_PER_NODE), default=4, metavar="N",
                         help=f"slots of every node, 1 <= N <= {MAX_SLOTS_PER_NODE} (default: %(default)s)")
 
@@ -400,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="pods bound per second by `coach scheduler` and by kube-scheduler, on one apiserver")
     bench_kube.add_argument("--kubeconfig", required=True, metavar="FILE",
                             help="kubeconfig of a test cluster whose kube-scheduler runs (required, no default)")
-    _cluster_size_options(bench_kube, nodes=5000, pods=10000, verb="bind")
+    _cluster_size_options(bench_kube, nodes=5000, pods=10000, verb="bind",
+                          most=(MAX_KUBE_BENCH_NODES, MAX_KUBE_BENCH_PODS))
     bench_kube.add_argument("--profile", choices=sorted(PROFILES), default="gang",
                             help="Coach's scheduler_fork profile (default: %(default)s)")
     bench_kube.add_argument("--schedulers", choices=("both", "coach", "default"), default="both",
