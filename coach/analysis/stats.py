@@ -18,6 +18,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -262,6 +263,51 @@ def detectable(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA, wan
             "jct_s": seconds, "percent_of_a_mean": percent}
 
 
+MIN_PAIRS = 3  # fewer jobs in common: no paired test
+
+
+def paired(a: Mapping[str, float], b: Mapping[str, float], alpha: float = ALPHA) -> dict:
+    """Two runs of one workload hold the same jobs, so their JCTs pair up job by job: over the jobs both
+    completed, the mean difference (B - A), the paired t-test and Wilcoxon's signed-rank test (far more sensitive
+    than tests over two independent samples), the smallest mean difference the t-test detects (alpha, power 0.8)
+    and a verdict. Used by `coach compare` on two single runs and by `coach simulate`'s sweep."""
+    from scipy import stats  # here: `coach --help` does not pay for scipy
+
+    names = sorted(set(a) & set(b))
+    diffs = [b[n] - a[n] for n in names]
+    result: dict = {"pairs": len(names), "mean_diff_s": None, "t_p": None, "wilcoxon_p": None,
+                    "detectable_s": None, "verdict": "too few jobs completed in both"}
+    if len(names) < MIN_PAIRS:
+        return result
+    mean = statistics.fmean(diffs)
+    spread = statistics.stdev(diffs)
+    result["mean_diff_s"] = round(mean, 3)
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(POWER)
+    result["detectable_s"] = round(z * spread / math.sqrt(len(diffs)), 3)
+    if spread == 0:
+        result["verdict"] = "identical" if mean == 0 else ("B slower" if mean > 0 else "B faster")
+        return result
+    t_p = round(float(stats.ttest_rel([b[n] for n in names], [a[n] for n in names]).pvalue), 6)
+    result["t_p"] = t_p
+    if any(diffs):
+        result["wilcoxon_p"] = round(float(stats.wilcoxon(diffs).pvalue), 6)
+    if t_p < alpha:
+        result["verdict"] = "B slower" if mean > 0 else "B faster"
+    else:
+        result["verdict"] = "no detectable difference"
+    return result
+
+
+def paired_runs(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, Mapping]]) -> dict | None:
+    """The paired test over jobs when each side is one run and they share at least MIN_PAIRS job names (two
+    simulations of one workload, say); else None."""
+    if len(a_runs) != 1 or len(b_runs) != 1:
+        return None
+    a = {s.job: s.jct_s for s in jct_samples(*a_runs[0])[0]}
+    b = {s.job: s.jct_s for s in jct_samples(*b_runs[0])[0]}
+    return paired(a, b) if len(set(a) & set(b)) >= MIN_PAIRS else None
+
+
 def compare(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, Mapping]],
             test: str = DEFAULT_TEST) -> dict:
     """compare.json's statistics: both sides, the test of A's JCTs against B's, and A − B differences."""
@@ -279,6 +325,7 @@ def compare(a_runs: Sequence[tuple[str, Mapping]], b_runs: Sequence[tuple[str, M
         "b": b,
         "test": result.to_dict(),
         "detectable": detectable(a_jct, b_jct),  # the smallest difference these samples detect (power 0.8)
+        "paired": paired_runs(a_runs, b_runs),  # over jobs, when both sides are one run of the same jobs
         "difference_a_minus_b": {
             "mean_jct_s": minus("jct_s", "mean"),
             "median_jct_s": minus("jct_s", "50%"),

@@ -419,11 +419,11 @@ def _seconds_to_finish(app: AppModel, throughput: float, batch: int, progress: f
     return step * (sum(inverse) - (inverse[0] + inverse[-1]) / 2)
 
 
-def alone_s(run: JobRun, gpus_per_node: int, restart_s: float = RESTART_S) -> float:
-    """Seconds the job takes alone on the cluster at its request (GPUs packed, its batch fitted to them, one restart
-    delay): what its slowdown is measured against."""
+def alone_s(run: JobRun, gpus_per_node: int, restart_s: float = RESTART_S, gpus: int | None = None) -> float:
+    """Seconds the job takes alone on the cluster at its request, or on `gpus` GPUs (packed, its batch fitted to
+    them, one restart delay): what its slowdown is measured against."""
     app = run.app
-    gpus = max(1, min(run.spec.gpus, getattr(app, "max_gpus", run.spec.gpus)))
+    gpus = max(1, min(run.spec.gpus if gpus is None else gpus, getattr(app, "max_gpus", run.spec.gpus)))
     batch = fit_batch(app, gpus, run.spec.batch)
     throughput = app.throughput(gpus, packed_nodes(gpus, gpus_per_node), batch)
     return restart_s + _seconds_to_finish(app, throughput, batch, 0.0, run.total_progress)

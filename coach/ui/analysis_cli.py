@@ -115,6 +115,7 @@ def compare_selections(a, b, test: str, out_dir: Path) -> dict:
         "test": result["test"],
         "detectable": result["detectable"],
         "difference_a_minus_b": result["difference_a_minus_b"],
+        "paired": result["paired"],
         "plots": {key: path.name for key, path in plot_files.items()},
     }
     write_json_atomic(out_dir / "compare.json", data)
@@ -155,6 +156,11 @@ def print_comparison(data: dict) -> None:
                       f"p = {test['p_value']:.4g}; {effects}; mean JCT A - B = "
                       f"{_num(data['difference_a_minus_b']['mean_jct_s'])} s", highlight=False)
     console.print(_detectable_line(data["detectable"]), highlight=False)
+    pair = data.get("paired")
+    if pair is not None:
+        console.print(f"Paired over {pair['pairs']} jobs (B - A): mean {_num(pair['mean_diff_s'])} s, t-test p = "
+                      f"{pair['t_p']}, Wilcoxon p = {pair['wilcoxon_p']}, detectable {_num(pair['detectable_s'])} s: "
+                      f"{pair['verdict']}", highlight=False)
     for side_name, side in zip(("A", "B"), (data["a"], data["b"])):
         for job in side["excluded_jobs"]:
             console.print(f"{side_name}: left out {job['run']}/{job['job']}: {job['reason']}", highlight=False)

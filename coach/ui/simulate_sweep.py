@@ -5,7 +5,8 @@ reads it); then a sweep folder gets comparison.json and comparison.md (per run: 
 makespan, mean queueing, restarts, utilization, GPU time in restart delays, fairness; per policy against the
 first on the same workload: the paired tests over jobs; with several workloads, also pooled over all their jobs), jct_cdf.png and utilization.png (every run overlaid).
 Fairness: each job's slowdown is its JCT over its time alone at its request (coach.simulator.engine.alone_s);
-per run, the mean and worst slowdown and Jain's index over the slowdowns.
+per run, the mean and worst slowdown and Jain's index over the slowdowns; and Themis's finish-time fairness ρ per
+job (coach.simulator.fairness: JCT over the JCT alone on a 1/N share), per run its mean, max and share ρ <= 1.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def _label(policy: str, workload: Path, workloads: int) -> str:
 
 def _row(label: str, policy: str, workload: Path, outcome, summary: dict, per_node: int, restart_s: float) -> dict:
     from coach.analysis.paired import jain
+    from coach.simulator import fairness
     from coach.simulator.engine import alone_s
 
     stats = summary["stats"]
@@ -31,6 +33,9 @@ def _row(label: str, policy: str, workload: Path, outcome, summary: dict, per_no
     slowdown = {r.name: jobs[r.name]["jct_s"] / alone_s(r, per_node, restart_s) for r in outcome.jobs
                 if jobs[r.name]["jct_s"] is not None}
     queued = [j["queued_s"] for j in jobs.values() if j["queued_s"] is not None]
+    end_s = max([r.finished_s for r in outcome.jobs if r.finished_s is not None]
+                + [outcome.utilization[-1][0] if outcome.utilization else 0.0])
+    rho = fairness.finish_time_fairness(outcome.jobs, outcome.total_gpus, per_node, restart_s, end_s)
     return {
         "label": label, "policy": policy, "workload": str(workload),
         "avg_jct_s": stats["avg_jct_s"], "median_jct_s": stats["median_jct_s"], "p99_jct_s": stats["p99_jct_s"],
@@ -40,14 +45,16 @@ def _row(label: str, policy: str, workload: Path, outcome, summary: dict, per_no
         "avg_slowdown": round(statistics.fmean(slowdown.values()), 4) if slowdown else None,
         "max_slowdown": round(max(slowdown.values()), 4) if slowdown else None,
         "jain_slowdown": jain(list(slowdown.values())),
+        **fairness.summary(rho),
         "jct_s": {name: j["jct_s"] for name, j in jobs.items() if j["jct_s"] is not None},
         "slowdown": {name: round(value, 4) for name, value in sorted(slowdown.items())},
+        "rho": {name: round(value, 4) for name, value in sorted(rho.items())},
     }
 
 
 def _pairs(rows: list[dict], policies: list[str]) -> list[dict]:
     """Every policy against the first one, on each workload, paired over jobs."""
-    from coach.analysis.paired import paired
+    from coach.analysis.stats import paired
 
     base = {row["workload"]: row for row in rows if row["policy"] == policies[0]}
     found = []
@@ -71,12 +78,14 @@ def _hours(value) -> str:
 
 def _table(rows: list[dict], pairs: list[dict]) -> str:
     lines = ["| run | mean JCT h | median h | p99 h | makespan h | queued h | restarts/job | restart GPU-h | "
-             "utilization | mean slowdown | max slowdown | Jain (slowdowns) |", "|---" * 12 + "|"]
+             "utilization | mean slowdown | max slowdown | Jain (slowdowns) | mean ρ | max ρ | ρ ≤ 1 |",
+             "|---" * 15 + "|"]
     for r in rows:
         lines.append(f"| {r['label']} | {_hours(r['avg_jct_s'])} | {_hours(r['median_jct_s'])} | "
                      f"{_hours(r['p99_jct_s'])} | {_hours(r['makespan_s'])} | {_hours(r['avg_queued_s'])} | "
                      f"{r['restarts_per_job']} | {r['restart_gpu_hours']} | {r['utilization']} | {r['avg_slowdown']} | "
-                     f"{r['max_slowdown']} | {r['jain_slowdown']} |")
+                     f"{r['max_slowdown']} | {r['jain_slowdown']} | {r['mean_rho']} | {r['max_rho']} | "
+                     f"{r['share_rho_le_1']} |")
     if pairs:
         lines += ["", "Paired over jobs (B - A, JCT): mean difference, paired t-test and Wilcoxon p, the smallest "
                   "mean difference the t-test detects (alpha 0.05, power 0.8).", "",
