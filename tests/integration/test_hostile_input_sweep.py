@@ -199,9 +199,10 @@ def _workload(folder: Path) -> None:
     (folder / "w.csv").write_text(f"name,time,application,num_replicas,batch_size\n{rows}\n")
 
 
+TINY_MODEL = REPO / "tests" / "integration" / "models" / "tiny_mlp.py"
 #: A job that trains for longer than a test waits: 2 workers and 2 servers of a small MLP on 8x8 digits
-_LONG_JOB = """name: mlp-1
-model: {model}
+_LONG_JOB = f"""name: mlp-1
+model: {TINY_MODEL}
 batch_size: 64
 optimizer: sgd
 learning_rate: 0.05
@@ -212,7 +213,7 @@ epoch_timeout_s: 120
 seed: 0
 workers: 2
 servers: 2
-""".format(model=REPO / "tests" / "integration" / "models" / "tiny_mlp.py")
+"""
 
 SIGNALLED: dict[str, tuple[Callable[[Path], None], list[str], str]] = {
     # name: (setup, argv, a fragment of stdout/stderr that says the work has begun ("" = after a while))
@@ -222,11 +223,29 @@ SIGNALLED: dict[str, tuple[Callable[[Path], None], list[str], str]] = {
     "train-policy": (lambda _: None, ["train-policy", "--level", "run", "--imitate", "coach", "--out", "m.params",
                                       "--quiet"], ""),
     "experiment": (lambda _: None, ["experiment", str(TINY_MATRIX), "--results", "out"], ""),
-    "serve": (lambda _: None, ["serve", "--port", "0", "--results", "out", "--models", "."], "http://"),
+    "serve": (lambda folder: (_write("j.yaml", _LONG_JOB.replace(str(TINY_MODEL), TINY_MODEL.name))(folder),
+                              _write(TINY_MODEL.name, TINY_MODEL.read_bytes())(folder)),
+              ["serve", "--port", "0", "--results", "out", "--models", "."], "http://"),
 }
 
 
-def _signalled(argv: list[str], folder: Path, marker: str, sig: int) -> tuple[int, str]:
+def _submit_and_wait(folder: Path, output: str) -> None:
+    """`coach serve` listens: submit j.yaml, and wait until the job has trained an epoch (at most TIMEOUT_S)."""
+    server = next(word for word in output.split() if word.startswith("http://")).rstrip("/")
+    submitted = _run(["submit", "j.yaml", "--server", server], folder)
+    assert submitted.returncode == 0, submitted.stderr
+    deadline = time.monotonic() + TIMEOUT_S
+    while not any('"training"' in log.read_text() for log in folder.glob("out/*/mlp-1.jsonl")):
+        assert time.monotonic() < deadline, "the submitted job trained no epoch"
+        time.sleep(0.1)
+
+
+#: What to do once the work has begun, before the signal: (the folder, stdout+stderr so far) -> None
+THEN: dict[str, Callable[[Path, str], None]] = {"serve": _submit_and_wait}
+
+
+def _signalled(argv: list[str], folder: Path, marker: str, sig: int,
+               then: Callable[[Path, str], None] | None = None) -> tuple[int, str]:
     """Start the command, wait until `marker` shows (or 2.5 s after start without one), send `sig` to its process
     group, and check that nothing of the group outlives it; (exit code, stderr)."""
     log = folder.parent / f"{folder.name}.log"
@@ -240,6 +259,8 @@ def _signalled(argv: list[str], folder: Path, marker: str, sig: int) -> tuple[in
                 break
             time.sleep(0.05)
         assert process.poll() is None, f"{argv} ended before the signal: {process.stderr.read()}"
+        if then is not None:
+            then(folder, log.read_text())
         os.killpg(process.pid, sig)
         try:
             _, stderr = process.communicate(timeout=TIMEOUT_S)
@@ -306,7 +327,7 @@ def test_a_signal_is_exit_130_one_line_and_nothing_half_written(name, sig, tmp_p
     folder.mkdir()
     setup(folder)
     before = _files(folder)
-    code, stderr = _signalled(argv, folder, marker, sig)
+    code, stderr = _signalled(argv, folder, marker, sig, THEN.get(name))
     assert "Traceback" not in stderr, stderr
     assert code == 130, stderr
     assert stderr.splitlines()[-1] == "coach: interrupted", stderr
