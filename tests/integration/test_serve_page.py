@@ -106,6 +106,40 @@ def check_charts(page, url: str) -> None:
     assert abs(shown - page.evaluate(f"{loss}.data[1][1]")) < 1e-3
 
 
+def check_docs_token(browser, served: ServedRun) -> None:
+    """The API docs on a server with a token: the page's token is filled in, so "Try it out" works at once; a
+    wrong one given to Authorize is answered 401 with words that say so; the right one works again."""
+    from playwright.sync_api import expect
+
+    guarded = Http(served, token="s3cret")
+    try:
+        page = browser.new_page(viewport=DESKTOP)
+        page.add_init_script("localStorage.setItem('coach-token', 's3cret')")  # as the page keeps it
+        page.goto(guarded.url + "/docs")
+        op = page.locator("#operations-default-jobs_api_jobs_get")
+        op.locator(".opblock-summary-control").click(timeout=20_000)
+        op.get_by_role("button", name="Try it out").click()
+        answer = op.locator(".live-responses-table .response").first
+        for token, code, words in ((None, "200", '"jobs"'), ("wrong", "401", "the bearer token is not this server's"),
+                                   ("s3cret", "200", '"jobs"')):
+            if token is not None:
+                page.locator(".swagger-ui .btn.authorize").first.click()
+                dialog = page.locator(".swagger-ui .dialog-ux")
+                expect(dialog.locator(".btn-done")).to_be_visible()
+                if dialog.locator("button", has_text="Logout").count():
+                    dialog.locator("button", has_text="Logout").click()
+                dialog.locator("input").fill(token)
+                dialog.get_by_role("button", name="Apply credentials").click()
+                dialog.locator(".btn-done").click()
+                op.get_by_role("button", name="Clear").click()
+            op.get_by_role("button", name="Execute").click()
+            expect(answer.locator(".response-col_status")).to_contain_text(code)
+            expect(answer.locator(".response-col_description pre").first).to_contain_text(words)
+        page.close()
+    finally:
+        guarded.stop()
+
+
 def test_every_view_is_accessible_keyed_by_run_and_survives_the_server_going_away(tmp_path, chromium):
     from playwright.sync_api import expect, sync_playwright
 
@@ -216,6 +250,7 @@ def test_every_view_is_accessible_keyed_by_run_and_survives_the_server_going_awa
             # clone into the form
             page.get_by_role("button", name="Clone a into the submit form").click()
             expect(page.locator("#job-text")).to_have_value(re.compile(r"^name: a-2$", re.MULTILINE), timeout=10_000)
+            check_docs_token(browser, served)
             # offline: a banner with the last update's time, rows greyed, actions disabled; then back, no reload
             http.stop()
             expect(page.locator("#offline")).to_be_visible(timeout=20_000)
