@@ -211,6 +211,27 @@ def test_an_unexpected_error_leaves_a_manifest_without_an_exit_code(tmp_path):
     assert manifest["ended"] is not None
 
 
+def test_an_interrupt_before_the_manifest_leaves_no_experiment_folder(tmp_path, monkeypatch):
+    """Ctrl-C while the cells' job files are written: no half experiment folder (issue 37, 3b)."""
+    from coach.experiments import matrix as matrices
+
+    matrix = load_matrix(write_matrix(tmp_path, allocation=["static"]))
+    written = []
+
+    def interrupted_at_the_second_cell(matrix, cell, jobs_dir):
+        if written:
+            raise KeyboardInterrupt
+        written.append(cell)
+        return original(matrix, cell, jobs_dir)
+
+    original = matrices._write_job_files
+    monkeypatch.setattr(matrices, "_write_job_files", interrupted_at_the_second_cell)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(matrix, tmp_path / "r", say=lambda line: None, runner=FakeRunner([0]))
+
+    assert len(written) == 1 and list((tmp_path / "r" / "experiments").iterdir()) == []
+
+
 # --------------------------------------------------------------------------- for real
 
 

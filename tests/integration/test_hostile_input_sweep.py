@@ -217,7 +217,7 @@ servers: 2
 
 SIGNALLED: dict[str, tuple[Callable[[Path], None], list[str], str]] = {
     # name: (setup, argv, a fragment of stdout/stderr that says the work has begun ("" = after a while))
-    "run": (_write("j.yaml", _LONG_JOB), ["run", "j.yaml", "--plain", "--results", "out"], ""),
+    "run": (_write("j.yaml", _LONG_JOB), ["run", "j.yaml", "--plain", "--results", "out"], "(epoch 1 done)"),
     "simulate": (_workload, ["simulate", "w.csv", "--policy", "drf", "--results", "out", "--traces", str(TRACES)],
                  ""),
     "train-policy": (lambda _: None, ["train-policy", "--level", "run", "--imitate", "coach", "--out", "m.params",
