@@ -115,7 +115,15 @@ def _status_table(answer: dict, server: str):
     from coach.views.terminal import status_table
 
     names = {f.name for f in fields(JobStatus)}  # a row carries more than the status (money, ending, waiting)
-    statuses = {job["job"]: JobStatus(**{k: v for k, v in job.items() if k in names}) for job in answer["jobs"]}
+
+    def status(job: dict) -> JobStatus:
+        shown = {k: v for k, v in job.items() if k in names}
+        waiting = job.get("waiting")
+        if waiting:  # the page's plain words, not the scheduler's reasons
+            shown["message"] = "waiting for slots: " + "; ".join([waiting["needs"], *waiting.get("why", [])])
+        return JobStatus(**shown)
+
+    statuses = {job["job"]: status(job) for job in answer["jobs"]}
     return status_table(statuses, f"run {answer.get('run_id')} at {server}")
 
 

@@ -22,6 +22,20 @@ def test_submit_status_and_stop(serve, tmp_path, capsys):
     wait_for(lambda: server.phase("cli") == "stopped_by_user", 30, "the stop")
 
 
+def test_status_says_a_job_waits_for_slots_in_plain_words(serve, capsys):
+    server = serve(epoch_s=0.3)
+    assert server.post("/api/jobs", job_text("big", max_epochs=100, workers=9)).status_code == 201  # 11 of 12
+    wait_for(lambda: server.phase("big") == "training", 30, "big to train")
+    assert server.post("/api/jobs", job_text("small", max_epochs=1, workers=1)).status_code == 201  # needs 3
+    wait_for(lambda: (server.get("/api/jobs/small").json()["status"].get("waiting") or {}).get("why"), 30,
+             "small to wait for slots")
+    assert main(["status", "--server", server.url]) == 0
+    table = capsys.readouterr().out
+    assert "waiting for slots: needs 3 slots" in table and "no node has a free slot" in table
+    assert "Insufficient" not in table
+    assert main(["stop", "big", "--server", server.url]) == 0
+
+
 def test_a_relative_model_is_the_job_files_and_must_be_in_the_model_folders(serve, tmp_path, capsys):
     models, elsewhere = tmp_path / "jobs" / "models", tmp_path / "elsewhere"
     for folder in (models, elsewhere):
