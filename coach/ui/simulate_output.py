@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REFRESH_S = 0.1  # the progress bar is redrawn at most this often
 
@@ -29,7 +30,7 @@ def progress_bar(quiet: bool, label: str = "simulating"):
     progress = Progress(TextColumn(label.replace("[", r"\[")), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
                         TimeElapsedColumn(), TextColumn("{task.fields[clock]}"),
                         console=Console(file=sys.stderr), transient=True)
-    state = {"task": None, "total": 0, "shown_s": 0.0}
+    state: dict[str, Any] = {"task": None, "total": 0, "shown_s": 0.0}
 
     def on_round(now_s: float, left: int) -> None:
         if state["task"] is None:
