@@ -165,7 +165,8 @@ class LoopbackStack:
 
 def _run_to_the_end(command: list[str], env: dict[str, str]) -> int:
     """`coach run` to its end; on Ctrl-C or SIGTERM it is interrupted too (SIGINT, so that it records the
-    interruption and releases its functions) and waited for, then the interruption goes on."""
+    interruption and releases its functions) and waited for. A run that ended interrupted (130) has said so in its
+    one line, `coach: interrupted`, and that is the stack's exit code; otherwise the interruption goes on."""
     run = subprocess.Popen(command, env=env)
     try:
         return run.wait()
@@ -177,6 +178,8 @@ def _run_to_the_end(command: list[str], env: dict[str, str]) -> int:
             except subprocess.TimeoutExpired:
                 run.kill()
                 run.wait()
+        if run.returncode == 130:
+            return 130
         raise
 
 
