@@ -14,7 +14,7 @@ from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
 from coach.ui.errors import fail, integer, number
-from coach.ui.simulate_output import progress_bar, unique_dir
+from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
@@ -64,6 +64,7 @@ def cmd_simulate(args) -> int:
     settings = Settings(Path(args.workload[0]), cluster, policy, profile, args.interval, args.seed,
                         Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
     progress, on_round = progress_bar(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
+    on_round = saying_how_long(on_round, "coach simulate", lambda line: print(line, file=sys.stderr, flush=True))
     started = time.perf_counter()
     try:
         outcome, count = simulate(settings, on_round)

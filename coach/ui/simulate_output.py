@@ -1,14 +1,17 @@
 """What `coach simulate` and its sweep over several policies share on the way out: a results folder that never
-writes over an earlier run's, and a progress bar on stderr."""
+writes over an earlier run's, a progress bar on stderr, and one line saying how long a long simulation expects to
+take (a million-job workload is valid input but takes hours on 2 cores)."""
 
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REFRESH_S = 0.1  # the progress bar is redrawn at most this often
+ESTIMATE_AFTER_S = 3.0  # wall seconds of progress an estimate is made from
+LONG_S = 60.0  # a simulation expected to take longer than this says so, once
 
 
 def unique_dir(base: Path, run_id: str) -> Path:
@@ -44,3 +47,32 @@ def progress_bar(quiet: bool, label: str = "simulating"):
                             clock=f"simulated {now_s / 3600:.1f} h")
 
     return progress, on_round
+
+
+def expected_left_s(done: int, total: int, elapsed_s: float) -> float | None:
+    """Wall seconds left at the pace so far (jobs finished per second); None before any job has finished."""
+    if done <= 0 or elapsed_s <= 0:
+        return None
+    return (total - done) * elapsed_s / done
+
+
+def saying_how_long(on_round: Callable[[float, int], None] | None, what: str,
+                    say: Callable[[str], None]) -> Callable[[float, int], None]:
+    """`on_round`, which also says once, ESTIMATE_AFTER_S into the run, how long the rest is expected to take when
+    that is more than LONG_S: so a run of hours is never silent, with or without a progress bar."""
+    state: dict[str, Any] = {"total": None, "started_s": time.monotonic(), "said": False}
+
+    def each_round(now_s: float, left: int) -> None:
+        if state["total"] is None:
+            state["total"] = left
+        elapsed_s = time.monotonic() - state["started_s"]
+        if not state["said"] and elapsed_s >= ESTIMATE_AFTER_S:
+            state["said"] = True
+            rest_s = expected_left_s(state["total"] - left, state["total"], elapsed_s)
+            if rest_s is None or rest_s > LONG_S:
+                pace = "no job has finished yet" if rest_s is None else f"about {rest_s / 60:.0f} min more"
+                say(f"{what}: {state['total']} jobs, {pace} at this pace (Ctrl-C stops it and writes nothing)")
+        if on_round is not None:
+            on_round(now_s, left)
+
+    return each_round

@@ -1,0 +1,51 @@
+"""A long `coach simulate` says once how long it expects to take; a short one says nothing."""
+
+from __future__ import annotations
+
+import coach.ui.simulate_output as output
+from coach.ui.simulate_output import ESTIMATE_AFTER_S, expected_left_s, saying_how_long
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def rounds(monkeypatch, steps: list[tuple[float, int]]) -> tuple[list[str], list[tuple[float, int]]]:
+    """(lines said, rounds passed on) for rounds at (wall seconds since the start, jobs left)."""
+    clock = Clock()
+    monkeypatch.setattr(output.time, "monotonic", clock)
+    said: list[str] = []
+    passed: list[tuple[float, int]] = []
+    each = saying_how_long(lambda now_s, left: passed.append((now_s, left)), "coach simulate", said.append)
+    for wall_s, left in steps:
+        clock.now_s = 100.0 + wall_s
+        each(wall_s * 10, left)
+    return said, passed
+
+
+def test_the_pace_so_far_gives_the_time_left():
+    assert expected_left_s(done=250, total=1000, elapsed_s=5.0) == 15.0
+    assert expected_left_s(done=0, total=1000, elapsed_s=5.0) is None
+
+
+def test_a_run_of_hours_says_so_once_and_every_round_still_reaches_the_progress_bar(monkeypatch):
+    steps = [(0.0, 1_000_000), (1.0, 999_990), (ESTIMATE_AFTER_S, 999_900), (ESTIMATE_AFTER_S + 1, 999_800)]
+    said, passed = rounds(monkeypatch, steps)
+    assert said == ["coach simulate: 1000000 jobs, about 500 min more at this pace (Ctrl-C stops it and writes "
+                    "nothing)"]
+    assert passed == [(wall_s * 10, left) for wall_s, left in steps]
+
+
+def test_a_run_that_has_finished_no_job_yet_says_that(monkeypatch):
+    said, _ = rounds(monkeypatch, [(0.0, 500), (ESTIMATE_AFTER_S, 500)])
+    assert said == ["coach simulate: 500 jobs, no job has finished yet at this pace (Ctrl-C stops it and writes "
+                    "nothing)"]
+
+
+def test_a_run_of_seconds_says_nothing(monkeypatch):
+    said, _ = rounds(monkeypatch, [(0.0, 160), (ESTIMATE_AFTER_S, 40), (ESTIMATE_AFTER_S + 0.5, 0)])
+    assert said == []
