@@ -48,9 +48,9 @@ MAX_PLACEMENT_TIMEOUT_S = 7 * 24 * 3600  # a week
 MAX_FREE_SLOTS = 100_000 * 100_000  # the largest cluster: 100,000 nodes x 100,000 slots
 MAX_BENCH_NODES = 100_000
 MAX_BENCH_PODS = 1_000_000
-# `coach bench kube-scheduler` creates every node and pod on a real apiserver and binds them, about 100-300 pods per
-# second per scheduler on 2 cores: at 10,000 nodes and 20,000 pods it took 552 s (kube-scheduler alone 186 s, a
-# loaded machine, 2026-11-28); at these bounds, its defaults, about a minute idle (benchmarks/results.md)
+# `coach bench kube-scheduler` creates every node and pod on a real apiserver and binds them, a few hundred pods per
+# second per scheduler on 2 cores: these bounds, its defaults, finish in about a minute; twice them took over nine
+# minutes on a loaded machine (the figures are in benchmarks/results.md)
 MAX_KUBE_BENCH_NODES = 5_000
 MAX_KUBE_BENCH_PODS = 10_000
 MAX_SLOTS_PER_NODE = 100_000
