@@ -69,7 +69,7 @@ def test_a_dashboard_that_does_not_answer_is_named(capsys, tmp_path, monkeypatch
     nobody = f"http://127.0.0.1:{free_port()}"
     code, err = run(capsys, LENET, "--platform", "nuclio", "--dashboard", nobody, "--kubeconfig", kubeconfig)
     assert code == 2
-    assert err == f"--dashboard: {nobody}: does not answer (ConnectionError)"
+    assert err == f"--dashboard: {nobody}: does not answer (connection refused)"
 
 
 def test_a_job_name_that_cannot_name_kubernetes_objects_is_refused(capsys, tmp_path, monkeypatch, apiserver):
