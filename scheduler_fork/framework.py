@@ -237,7 +237,13 @@ class PreFilterPlugin(Protocol):
     name: str
 
     def pre_filter(self, state: Any, pod: Pod) -> Reason:
-        """Whole-pod check before any node is looked at; a reason makes the pod unschedulable."""
+        """Whole-pod check before any node is looked at; a reason makes the pod unschedulable.
+
+        Optional queueing hint: `waits_for_turn(state, pod) -> bool`, asked right after this plugin rejected `pod`:
+        True when nothing but its job becoming `state.first_ready_job()` (or a change to its own job, or to the
+        nodes) can make it pass. The scheduler then parks the pod until one of those happens instead of trying it
+        again every pass (kube: a QueueingHint that skips every other event).
+        """
 
 
 @runtime_checkable

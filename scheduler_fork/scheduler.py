@@ -22,7 +22,13 @@ One cycle, for the active pod with the smallest QueueSort key:
    or `timeout_s` later; Reject gives it back.
 5. Bind.
 
-An unschedulable or rejected pod goes back to the queue with its backoff (1 s doubling to 10 s, passed-in time).
+An unschedulable or rejected pod goes back to the queue with its backoff (1 s doubling to 10 s, passed-in time),
+or, when the plugin that rejected it says only its job's turn can help (`waits_for_turn`: HeadOfLine's "behind
+job X, first in line"), is parked until its job is first in line or changes, or the nodes change: a line of
+thousands of jobs then costs a pass nothing. With passes at least 10 s apart (the simulator's rounds) that places
+exactly what trying every pod would; with shorter ones a woken pod's backoff counts its fewer attempts, as kube's.
+`pending` and `CycleResult.pending` give a parked pod's reason as a cycle would now; the latter is worked out
+when first read (or just before the scheduler next changes), so a caller that never reads it pays nothing.
 Nodes may join, change or leave (`set_node`, `remove_node`), and pods found already bound elsewhere are taken in
 as bound (`restore`): what a scheduler driven by a cluster's watch needs.
 Side effects: none outside the object (no I/O, no clock).
@@ -32,7 +38,8 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Iterable, Mapping, Sequence
+import weakref
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from scheduler_fork.fit import add_failure, filters_for, fit_error
 from scheduler_fork.framework import (
@@ -76,6 +83,37 @@ def _resolve(name: str, method: str, point: str):
     return plugin
 
 
+class PendingReasons(Mapping[str, str]):
+    """Pod -> reason, as they were when the scheduling call that made this ended; built when first read."""
+
+    def __init__(self, build: Callable[[], dict[str, str]]) -> None:
+        self._build: Callable[[], dict[str, str]] | None = build
+        self._data: dict[str, str] | None = None
+
+    def freeze(self) -> None:
+        """Build it now: the scheduler is about to change."""
+        if self._data is None:
+            assert self._build is not None
+            self._data, self._build = self._build(), None
+
+    def _get(self) -> dict[str, str]:
+        self.freeze()
+        assert self._data is not None
+        return self._data
+
+    def __getitem__(self, name: str) -> str:
+        return self._get()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
 class Scheduler:
     """Places pods on nodes with one profile's plugins. See the module docstring."""
 
@@ -115,6 +153,8 @@ class Scheduler:
         self._deadlines: list[tuple[float, str]] = []  # (deadline, pod), lazily cleaned
         self._next_start = 0  # kube's nextStartNodeIndex (per-node path)
         self._last_now_s: float | None = None
+        self._turns = {p.name: p.waits_for_turn for p in self._pre_filters if hasattr(p, "waits_for_turn")}
+        self._handed_out: weakref.ref[PendingReasons] | None = None  # the last call's reasons, maybe not built yet
 
     # ---- what is where ---------------------------------------------------------------------------------------
 
@@ -125,8 +165,35 @@ class Scheduler:
 
     @property
     def pending(self) -> Mapping[str, str]:
-        """Pod -> its last reason ("Plugin: message", or "queued" before its first attempt) (a snapshot)."""
-        return frozen(self._reasons)
+        """Pod -> its last reason ("Plugin: message", or "queued" before its first attempt) (a snapshot); a parked
+        pod's reason is what its PreFilters say now."""
+        return frozen(self._reasons_now())
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._reasons)
+
+    def _reasons_now(self) -> dict[str, str]:
+        reasons = dict(self._reasons)
+        is_parked = self.queue.is_parked
+        for name in reasons:
+            if is_parked(name):
+                reasons[name] = self._pre_filter_reason(self.state.pods[name]) or reasons[name]
+        return reasons
+
+    def _pre_filter_reason(self, pod: Pod) -> str | None:
+        for plugin in self._pre_filters:
+            why = plugin.pre_filter(self.state, pod)
+            if why is not None:
+                return f"{plugin.name}: {why}"
+        return None
+
+    def _changing(self) -> None:
+        """Build the reasons handed out by the last call before anything they are worked out from changes."""
+        handed_out = self._handed_out() if self._handed_out is not None else None
+        if handed_out is not None:
+            handed_out.freeze()
+        self._handed_out = None
 
     @property
     def waiting(self) -> Mapping[str, str]:
@@ -139,11 +206,13 @@ class Scheduler:
     def set_node(self, node: Node) -> None:
         """Add a node, or change a known node (slots, resources, labels, taints, cordon) and bring it (back) into
         placement; its pods stay."""
+        self._changing()
         self.state.set_node(node)
 
     def remove_node(self, name: str) -> None:
         """Take a node out of placement (gone); its bound pods keep what they take until deleted. (A cordoned node
         stays in placement: `Node.unschedulable` keeps pods off it, and counts it in the pending reasons.)"""
+        self._changing()
         self.state.remove_node(name)
 
     def restore(self, pods: Sequence[Pod], group: PodGroup | None, nodes: Mapping[str, str]) -> None:
@@ -153,6 +222,7 @@ class Scheduler:
         nodes' slots and resources as bound pods, even beyond a node's room: they are there whatever this scheduler
         thinks. A pod of another scheduler is restored with `slots=0`: it holds its requests, not a Coach slot.
         """
+        self._changing()
         pods = list(pods)
         where = {}
         for pod in pods:
@@ -170,6 +240,7 @@ class Scheduler:
 
     def submit(self, pods: Sequence[Pod], group: PodGroup | None = None) -> None:
         """Make `pods` pending. `group`, if given, is the group of their job (all pods must be of that job)."""
+        self._changing()
         pods = list(pods)
         self._check_new(pods, group)
         state = self.state
@@ -202,6 +273,7 @@ class Scheduler:
 
     def delete(self, names: Iterable[str]) -> None:
         """Forget these pods, pending, waiting or bound, and free their slots. Unknown names are ignored."""
+        self._changing()
         state = self.state
         for name in names:
             status = state.status.get(name)
@@ -225,10 +297,12 @@ class Scheduler:
         """
         if self._last_now_s is not None and now_s < self._last_now_s:
             raise ValueError(f"time went backwards: now_s={now_s} after {self._last_now_s}")
+        self._changing()
         self._last_now_s = now_s
         bound: dict[str, str] = {}
         rejected: dict[str, str] = {}
         self.state.settle()
+        self._wake(now_s)
         self.queue.flush(now_s)
         attempts = 0
         while max_attempts is None or attempts < max_attempts:
@@ -237,10 +311,14 @@ class Scheduler:
                 break
             attempts += 1
             self._cycle(name, now_s, bound, rejected)
+            self._wake(now_s)
         self._expire(now_s, rejected)
+        self._wake(now_s)
+        pending = PendingReasons(self._reasons_now)
+        self._handed_out = weakref.ref(pending)
         return CycleResult(
             bound=frozen(bound),
-            pending=frozen(self._reasons),
+            pending=pending,
             waiting=self.waiting,
             rejected=frozen(rejected),
             attempts=attempts,
@@ -367,7 +445,27 @@ class Scheduler:
 
     def _fail(self, pod: Pod, plugin: str, why: str, now_s: float) -> None:
         self._reasons[pod.name] = f"{plugin}: {why}"
-        self.queue.requeue(pod, now_s)
+        waits_for_turn = self._turns.get(plugin)
+        if waits_for_turn is not None and waits_for_turn(self.state, pod):
+            self.queue.park(pod, now_s, pod.job)
+        else:
+            self.queue.requeue(pod, now_s)
+
+    def _wake(self, now_s: float) -> None:
+        """Parked pods whose job changed (or all, when the nodes did), and those of the job first in line, go back
+        to the queue."""
+        state, queue = self.state, self.queue
+        if state.touched_all:
+            queue.wake_all(now_s)
+        else:
+            for job in state.touched:
+                if queue.parked(job):
+                    queue.wake(job, now_s)
+        state.touched.clear()
+        state.touched_all = False
+        head = state.first_ready_job()
+        if head is not None and queue.parked(head):
+            queue.wake(head, now_s)
 
     def _reject(self, names: Sequence[str], reason: str, now_s: float, rejected: dict[str, str]) -> None:
         """Give back the reservations of `names` and of the pods the Reserve plugins reject with them."""

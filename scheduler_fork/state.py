@@ -105,6 +105,8 @@ class SchedulingState(NodeTable):
         self._ready_heap: list[tuple[int, str]] = []  # (job_seq, job), lazily cleaned
         self._fits: dict[tuple, object] = {}  # the demands of a quorum -> its Misfit on the empty cluster, or None
         self._settled_others = self.others_version  # the others_version every job was last judged at
+        self.touched: set[str] = set()  # jobs judged again since the scheduler last looked (its parked pods wake)
+        self.touched_all = False  # every job was: the nodes, or other schedulers' pods on them, changed
         self._fits_version = (self.fit_version, self.others_version)  # the versions `_fits` holds for
 
     # ---- queries for plugins ---------------------------------------------------------------------------------
@@ -149,6 +151,7 @@ class SchedulingState(NodeTable):
 
     def _touch_all(self) -> None:
         """The nodes changed: every job still placing pods may have become (in)eligible."""
+        self.touched_all = True
         for job in list(self.unplaced_jobs):
             self._touch(self.jobs[job])
 
@@ -290,6 +293,7 @@ class SchedulingState(NodeTable):
 
         Eligible: its quorum is present, and fits the cluster's nodes in placement, emptied of pods, all at once
         (worked out again only when its pods, its group or the nodes changed)."""
+        self.touched.add(ledger.job)
         if ledger.fit_stale:
             group = ledger.group
             ledger.quorum_present = group.met(ledger.present)

@@ -72,6 +72,14 @@ class HeadOfLine:
             return f"behind job {head}, first in line"
         return None
 
+    def waits_for_turn(self, state, pod: Pod) -> bool:
+        """Queueing hint: a ready job behind the first in line passes only when its turn comes (or it changes)."""
+        ledger = state.jobs[pod.job]
+        if ledger.started or not ledger.eligible or state.first_open_job() is not None:
+            return False
+        head = state.first_ready_job()
+        return head is not None and head != pod.job
+
 
 class QuorumFirst:
     """PreFilter: keep the room a job's quorum still needs from the job's own extra pods.
