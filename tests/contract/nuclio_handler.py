@@ -1,12 +1,14 @@
 """The tiny Nuclio handler the Nuclio platform and fake-dashboard tests deploy (imports nothing heavy, so a pod
 starts in well under a second). Like Coach's functions it refuses a request without the run's token with 401
 (coach_functions/auth.py); past that it echoes as tests/unit/fake_echo.py does, except for requests whose model path says
-what to do: `sleep:S` sleeps S seconds before replying, `exit:` ends the worker process at once. The path `/init`
+what to do: `sleep:S` sleeps S seconds before replying, `exit:` ends the worker process at once, `foreign:` answers as a
+host whose epoch child ps-lite aborted on bytes from outside the job (coach_functions/children.py). The path `/init`
 answers which process this is and which ran its `init_context`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -32,4 +34,8 @@ def handler(context, event):
         time.sleep(float(path.split(":", 1)[1]))
     elif path.startswith("exit:"):
         os._exit(3)
+    elif path.startswith("foreign:"):
+        body = {"error": "ps-lite aborted on a message from outside the job (failed to parse string into protobuf); "
+                         "epoch child exited with code -6", "foreign": True}
+        return context.Response(body=json.dumps(body), content_type="application/json", status_code=500)
     return fake_echo.handler(context, event)

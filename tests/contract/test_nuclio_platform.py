@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 
 from coach.domain.contracts import WarmRequest
 from coach.domain.identity import FunctionId, Role
-from coach.domain.invocation import DEPLOY, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
+from coach.domain.invocation import DEPLOY, FOREIGN, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
 from coach.domain.kube import POD_GROUP_LABEL, SCHEDULER_NAME
 from coach.platforms.local import free_port
 from coach.platforms.nuclio import PS_PORT, NuclioPlatform, go_duration, kube_pod_address
@@ -290,6 +290,10 @@ def test_invocation_outcomes_pass_through_as_values(make_platform, platform, cor
     failure = stranger.invoke(ref, WarmRequest("m"), timeout_s=5)
     assert isinstance(failure, Failure) and failure.kind == REJECTED  # the function's 401, passed back
     assert failure.message == "missing or wrong token" and not failure.retryable
+
+    failure = platform.invoke(ref, WarmRequest("foreign:"), timeout_s=5)  # ps-lite broken from outside the job
+    assert isinstance(failure, Failure) and failure.kind == FOREIGN and failure.retryable
+    assert failure.message.startswith("ps-lite aborted on a message from outside the job")
 
     failure = platform.invoke(ref, WarmRequest("exit:"), timeout_s=5)  # the host dies mid-request
     assert isinstance(failure, Failure) and failure.kind == UNREACHABLE and failure.message.endswith(": EOF")
