@@ -48,6 +48,7 @@ class _Search:
         self.policy, self.jobs, self.caps = policy, snapshot.jobs, caps
         self.total, self.per_node = snapshot.total_gpus, snapshot.gpus_per_node
         self.cache: dict[tuple[int, int], tuple[int, float]] = {}
+        self.utilities: list[dict[int, float]] = [{} for _ in self.jobs]  # job -> GPUs -> utility of its speedup
         self.order = sorted(range(len(self.jobs)), key=lambda i: (self.jobs[i].attained_gpu_s, i))
 
     def best(self, index: int, gpus: int) -> tuple[int, float]:
@@ -59,16 +60,21 @@ class _Search:
         return self.cache[key]
 
     def utility_at(self, index: int, gpus: int) -> float:
-        base = self.best(index, 1)[1]
-        goodput = self.best(index, gpus)[1]
-        return self.policy.utility(goodput / base if base > 0 else goodput)
+        known = self.utilities[index]
+        value = known.get(gpus)
+        if value is None:
+            base = self.best(index, 1)[1]
+            goodput = self.best(index, gpus)[1]
+            value = known[gpus] = self.policy.utility(goodput / base if base > 0 else goodput)
+        return value
 
     def step(self, index: int, gpus: int, free: int) -> tuple[float, int]:
         """(utility gained per GPU, GPUs added) of the job's best step within `free` GPUs; gain 0 if none."""
-        now = self.utility_at(index, gpus)
+        utility_at = self.utility_at
+        now = utility_at(index, gpus)
         best = (0.0, 0)
         for size in step_sizes(gpus, min(self.caps[index], gpus + free), self.per_node):
-            gain = (self.utility_at(index, size) - now) / (size - gpus)
+            gain = (utility_at(index, size) - now) / (size - gpus)
             if gain > best[0]:
                 best = (gain, size - gpus)
         return best
