@@ -20,13 +20,14 @@ A candidate leaving fewer jobs without GPUs always wins (the power mean with p <
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from coach.simulator.grants import fit_batch, gpu_cap
-from coach.simulator.view import ClusterJobView, ClusterSnapshot, Grant, packed_nodes
+from coach.simulator.view import AppModel, ClusterJobView, ClusterSnapshot, Grant, packed_nodes
 
 #: Seconds a re-allocation stalls a job in the Pollux artifact's simulator (every application).
 RESTART_S = 30.0
@@ -41,26 +42,64 @@ def step_sizes(gpus: int, cap: int, per_node: int) -> list[int]:
     return [*near, *far]
 
 
-class _Search:
-    """One round's greedy: speedups cached per (job, GPUs), the utility of the policy's p."""
+def _stage(job: ClusterJobView) -> float:
+    """What a job's goodputs depend on besides its application: the epoch of its progress when the application
+    says (App.epoch: statistical efficiency changes only between epochs, and best_batch is cached per epoch), else
+    the progress itself."""
+    epoch = getattr(job.app, "epoch", None)
+    return job.progress if epoch is None else epoch(job.progress)
 
-    def __init__(self, policy: Pollux, snapshot: ClusterSnapshot, caps: list[int]):
+
+@dataclass
+class _Table:
+    """What GPU counts are worth to every job of one application at one stage of training (a queue of jobs that
+    have not started shares one, a job keeps its own for an epoch): GPUs -> (batch, goodput), GPUs -> utility."""
+
+    app: AppModel  # held so that the id in the table's key stays this application's
+    best: dict[int, tuple[int, float]] = field(default_factory=dict)
+    utilities: dict[int, float] = field(default_factory=dict)
+    steps: dict[int, _Steps] = field(default_factory=dict)  # GPUs now -> the best steps from there
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """From some GPU count, the step sizes up to `limit` and, for each, the best step among it and the smaller ones
+    ((utility gained per GPU, GPUs added); the first of equal gains; (0.0, 0) while none gains): a step within a
+    smaller limit is a prefix, since step_sizes(g, c) are the sizes of step_sizes(g, C) up to c."""
+
+    limit: int
+    sizes: list[int]
+    best: list[tuple[float, int]]
+
+
+class _Search:
+    """One round's greedy: speedups cached per (application, stage, GPUs), the utility of the policy's p.
+    `tables` are the last round's; those this round uses are kept in `used`, for the next."""
+
+    def __init__(self, policy: Pollux, snapshot: ClusterSnapshot, caps: list[int],
+                 tables: Mapping[tuple[int, float, int], _Table]):
         self.policy, self.jobs, self.caps = policy, snapshot.jobs, caps
         self.total, self.per_node = snapshot.total_gpus, snapshot.gpus_per_node
-        self.cache: dict[tuple[int, int], tuple[int, float]] = {}
-        self.utilities: list[dict[int, float]] = [{} for _ in self.jobs]  # job -> GPUs -> utility of its speedup
+        self.used: dict[tuple[int, float, int], _Table] = {}
+        self.tables: list[_Table] = []  # per job
+        for job in self.jobs:
+            key = (id(job.app), _stage(job), self.per_node)  # goodputs are of replicas packed on such nodes
+            table = self.used.get(key) or tables.get(key) or _Table(job.app)
+            self.used[key] = table
+            self.tables.append(table)
         self.order = sorted(range(len(self.jobs)), key=lambda i: (self.jobs[i].attained_gpu_s, i))
 
     def best(self, index: int, gpus: int) -> tuple[int, float]:
-        key = (index, gpus)
-        if key not in self.cache:
+        known = self.tables[index].best
+        found = known.get(gpus)
+        if found is None:
             job = self.jobs[index]
             batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, self.per_node), job.progress)
-            self.cache[key] = (fit_batch(job.app, gpus, batch), float(goodput))
-        return self.cache[key]
+            found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
+        return found
 
     def utility_at(self, index: int, gpus: int) -> float:
-        known = self.utilities[index]
+        known = self.tables[index].utilities
         value = known.get(gpus)
         if value is None:
             base = self.best(index, 1)[1]
@@ -70,14 +109,24 @@ class _Search:
 
     def step(self, index: int, gpus: int, free: int) -> tuple[float, int]:
         """(utility gained per GPU, GPUs added) of the job's best step within `free` GPUs; gain 0 if none."""
-        utility_at = self.utility_at
-        now = utility_at(index, gpus)
-        best = (0.0, 0)
-        for size in step_sizes(gpus, min(self.caps[index], gpus + free), self.per_node):
-            gain = (utility_at(index, size) - now) / (size - gpus)
-            if gain > best[0]:
-                best = (gain, size - gpus)
-        return best
+        limit = min(self.caps[index], gpus + free)
+        table = self.tables[index]
+        steps = table.steps.get(gpus)
+        if steps is None or steps.limit < limit:  # worked out to the job's cap: later asks within it are answered
+            steps = table.steps[gpus] = self._steps(index, gpus, self.caps[index])
+        found = bisect.bisect_right(steps.sizes, limit)
+        return steps.best[found - 1] if found else (0.0, 0)
+
+    def _steps(self, index: int, gpus: int, limit: int) -> _Steps:
+        now = self.utility_at(index, gpus)
+        sizes = step_sizes(gpus, limit, self.per_node)
+        best, running = [], (0.0, 0)
+        for size in sizes:
+            gain = (self.utility_at(index, size) - now) / (size - gpus)
+            if gain > running[0]:
+                running = (gain, size - gpus)
+            best.append(running)
+        return _Steps(limit, sizes, best)
 
     def seat(self, alloc: dict[int, int]) -> int:
         """Every job without GPUs gets one, in order, while GPUs last (from the kept job that loses least by it)."""
@@ -127,6 +176,7 @@ class Pollux:
     elastic: bool = True
     restarts: dict[str, int] = field(default_factory=dict)  # allocation changes per job so far
     trained: dict[str, int] = field(default_factory=dict)  # the most GPUs each job has run on so far
+    tables: dict[tuple[int, float, int], _Table] = field(default_factory=dict)  # the last round's, for the next
 
     def utility(self, speedup: float) -> float:
         if speedup <= 0:
@@ -146,7 +196,8 @@ class Pollux:
         self.trained = {job.name: max(self.trained.get(job.name, 0), job.gpus) for job in jobs
                         if job.gpus or job.name in self.trained}
         caps = [self.cap(job, total) for job in jobs]
-        search = _Search(self, snapshot, caps)
+        search = _Search(self, snapshot, caps, self.tables)
+        self.tables = search.used
 
         def score(alloc: dict[int, int]) -> tuple[int, float]:
             value = 0.0
