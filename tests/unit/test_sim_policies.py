@@ -322,3 +322,37 @@ def test_coach_steps_across_a_goodput_dip_at_a_node_boundary_as_pollux_does():
     assert gpus_of(Coach().allocate(snap(job("bert", app=app), nodes=(4, 4, 4, 4)))) == {"bert": 16}
     # one GPU at a time (the thesis's greedy) stalls where the fifth GPU, on a second node, is slower than four
     assert gpus_of(Coach(node_steps=False).allocate(snap(job("bert", app=app), nodes=(4, 4, 4, 4)))) == {"bert": 4}
+
+
+@dataclass(frozen=True)
+class EpochApp(FakeApp):
+    """An application whose statistical efficiency changes only between epochs of 1,000 samples (as App's)."""
+
+    def epoch(self, progress: float) -> int:
+        return int(progress // 1000)
+
+    def efficiency(self, batch: int, progress: float) -> float:
+        phi = 5.0 + 10.0 * self.epoch(progress)
+        return (phi + 1) / (phi + batch / self.init_batch)
+
+
+def test_pollux_tables_shared_by_application_and_epoch_change_no_allocation():
+    """Jobs of one application in one epoch share a goodput table, kept from round to round; a Pollux that
+    starts every round with no table answers the same, round after round."""
+    rng = random.Random("pollux-tables")
+    apps = [EpochApp(scale=0.85, half_local=16.0), EpochApp(name="other", scale=0.95, max_local_batch=32)]
+    shared, fresh = Pollux(), Pollux()
+    held: dict[str, int] = {}
+    progress = {f"j{i}": rng.uniform(0, 3000) for i in range(10)}
+    for round_ in range(40):
+        jobs = [job(name, arrival_s=i * 100.0, app=apps[i % 2], progress=progress[name], total=1e5,
+                    attained=round_ * 60.0 * held.get(name, 0), gpus=held.get(name, 0), max_gpus=16)
+                for i, name in enumerate(progress)]
+        snapshot = snap(*jobs, nodes=(4, 4, 4), now_s=round_ * 60.0)
+        fresh.tables = {}
+        answer = shared.allocate(snapshot)
+        assert answer == fresh.allocate(snapshot)
+        held = gpus_of(answer)
+        for name in progress:
+            progress[name] += 40.0 * held.get(name, 0)
+    assert len(shared.tables) < len(progress)  # some jobs did share
