@@ -26,7 +26,7 @@ WORKLOAD_GOAL_S = 10.0
 PHILLY_CLUSTER = "64x8"  # 512 GPUs: the trace asks for 374 GPUs on average (load ~0.73)
 
 
-def one(workload: Path, cluster: str, policy: str, scheduler: str = "gang") -> tuple[float, dict]:
+def one(workload: Path, cluster: str, policy: str, scheduler: str = "gang-pack") -> tuple[float, dict]:
     started = time.perf_counter()
     outcome, count = simulate(Settings(workload, cluster_from(cluster), policy, scheduler))
     wall_s = time.perf_counter() - started
