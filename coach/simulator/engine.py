@@ -46,6 +46,7 @@ class JobRun:
     grant: Grant | None = None
     running: bool = False
     nodes: Mapping[str, int] = field(default_factory=dict)  # node -> replicas while running
+    price_s: float = 0.0  # money per second of the GPUs it holds on `nodes` (0 while not running)
     rate: float = 0.0  # M0-samples per second while running
     train_from_s: float = 0.0  # when the current segment starts making progress (after the restart delay)
     updated_s: float = 0.0  # progress is accounted up to here
@@ -256,8 +257,9 @@ class Simulator:
             heapq.heappush(self.finishing, (run.finish_at_s, run.name))
 
     def _price_s(self, run: JobRun) -> float:
-        """Money per second of the GPUs the job holds while it runs (each at its node's price)."""
-        return sum(self.price_of[node] * n for node, n in run.nodes.items())
+        """Money per second of the GPUs the job holds while it runs (each at its node's price), worked out when it
+        starts: the same for the whole segment."""
+        return run.price_s
 
     # ---- arrivals, decisions, placement ----------------------------------------------------------------------------
 
@@ -316,6 +318,7 @@ class Simulator:
             self.training_gpus -= run.grant.gpus
         run.running = False
         run.nodes = {}
+        run.price_s = 0.0
         run.rate = 0.0
         run.finish_at_s = math.inf
         run.partial_since_s = None
@@ -372,6 +375,7 @@ class Simulator:
         self.training_gpus += run.grant.gpus
         run.partial_since_s = None
         run.nodes = dict(self.placement.nodes_of(run.name))
+        run.price_s = sum(self.price_of[node] * n for node, n in run.nodes.items())
         run.updated_s = now_s
         run.train_from_s = now_s + self.restart_s
         self.restarting.append(run)

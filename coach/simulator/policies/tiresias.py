@@ -42,7 +42,7 @@ class Tiresias:
     def queue_of(self, name: str, attained_gpu_s: float) -> int:
         """Index of the job's queue (0 = highest priority)."""
         offset = self.clocks[name].offset_gpu_s if name in self.clocks else 0.0
-        return bisect.bisect_right(list(self.thresholds_gpu_s), attained_gpu_s - offset)
+        return bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s - offset)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         active = {job.name for job in snapshot.jobs}
