@@ -25,6 +25,10 @@ class Optimus:
     # (id(app), gpus, nodes, batch) -> (app, samples/s): throughput does not change with progress, so it is
     # asked once per simulation (the app is held so that its id stays unique)
     speeds: dict[tuple[int, int, int, int], tuple[AppModel, float]] = field(default_factory=dict)
+    # (id(app), requested batch, GPUs per node) -> (app, [(batch, samples/s) on g packed GPUs for g = 0, 1, ...]):
+    # what a job's GPU counts give before statistical efficiency, the same for every job of that application and
+    # batch, every round
+    lines: dict[tuple[int, int, int], tuple[AppModel, list[tuple[int, float]]]] = field(default_factory=dict)
 
     def throughput(self, app: AppModel, gpus: int, nodes: int, batch: int) -> float:
         key = (id(app), gpus, nodes, batch)
@@ -32,15 +36,29 @@ class Optimus:
             self.speeds[key] = (app, float(app.throughput(gpus, nodes, batch)))
         return self.speeds[key][1]
 
+    def on_gpus(self, job: ClusterJobView, gpus: int, per_node: int) -> tuple[int, float]:
+        """(the job's batch fitted to `gpus` GPUs, samples/s there, packed)."""
+        key = (id(job.app), job.requested_batch, per_node)
+        entry = self.lines.get(key)
+        if entry is None:
+            entry = self.lines[key] = (job.app, [(0, 0.0)])
+        line = entry[1]
+        while len(line) <= gpus:
+            more = len(line)
+            batch = fit_batch(job.app, more, job.requested_batch)
+            line.append((batch, self.throughput(job.app, more, packed_nodes(more, per_node), batch)))
+        return line[gpus]
+
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         efficiency: dict[tuple[str, int], float] = {}  # this round's, by (job, batch)
 
         def remaining_s(job: ClusterJobView, gpus: int) -> float:
-            batch = fit_batch(job.app, gpus, job.requested_batch)
-            if (job.name, batch) not in efficiency:
-                efficiency[job.name, batch] = float(job.app.efficiency(batch, job.progress))
-            speed = self.throughput(job.app, gpus, packed_nodes(gpus, per_node), batch) * efficiency[job.name, batch]
+            batch, throughput = self.on_gpus(job, gpus, per_node)
+            found = efficiency.get((job.name, batch))
+            if found is None:
+                found = efficiency[job.name, batch] = float(job.app.efficiency(batch, job.progress))
+            speed = throughput * found
             return job.remaining_progress / speed if speed > 0 else math.inf
 
         gpus: dict[int, int] = {}
@@ -69,8 +87,7 @@ class Optimus:
             times[index] = after
             free -= 1
             push(index)
-        return {snapshot.jobs[i].name: Grant(g, fit_batch(snapshot.jobs[i].app, g, snapshot.jobs[i].requested_batch))
-                for i, g in gpus.items()}
+        return {snapshot.jobs[i].name: Grant(g, self.on_gpus(snapshot.jobs[i], g, per_node)[0]) for i, g in gpus.items()}
 
 
 def optimus(seed: int) -> Optimus:
