@@ -171,6 +171,7 @@ class Scheduler:
 
     @property
     def pending_count(self) -> int:
+        """How many pods are pending: `len(pending)` without working out parked pods' reasons."""
         return len(self._reasons)
 
     def _reasons_now(self) -> dict[str, str]:

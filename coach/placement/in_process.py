@@ -74,6 +74,11 @@ class SchedulerForkBook:
         return self._scheduler.pending
 
     @property
+    def pending_count(self) -> int:
+        """How many pods are pending (without working out their reasons)."""
+        return self._scheduler.pending_count
+
+    @property
     def waiting(self) -> Mapping[str, str]:
         """Pods holding a reservation at Permit -> their node."""
         return self._scheduler.waiting

@@ -79,4 +79,4 @@ class ReplicaPlacement:
 
     @property
     def pending(self) -> int:
-        return len(self._book.pending)
+        return self._book.pending_count

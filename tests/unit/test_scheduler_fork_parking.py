@@ -32,7 +32,7 @@ def test_a_line_of_jobs_behind_the_first_costs_a_later_pass_only_the_first_jobs_
     second = scheduler.schedule(120.0)
     assert sorted(second.bound) == ["j1-scheduler", "j1-server-0", "j1-worker-0"]
     assert second.attempts == 3 + 3  # j1's pods, and then those of j2, first in line once j1 started
-    assert len(scheduler.pending) == 48 * 3
+    assert len(scheduler.pending) == scheduler.pending_count == 48 * 3
 
 
 def test_the_next_job_starts_in_the_same_pass_as_the_one_before_it():
