@@ -47,21 +47,16 @@ class SchedulingQueue:
 
     def requeue(self, pod: Pod, now_s: float) -> float:
         """A failed attempt: back off; returns the time the pod becomes active again."""
-        attempts = self.attempts.get(pod.name, 0) + 1
-        self.attempts[pod.name] = attempts
-        until = now_s + backoff_s(attempts)
-        token = self._new_token(pod.name)
-        self._until[pod.name] = until
-        heapq.heappush(self._backoff, (until, self._key(pod), token, pod.name))
+        until = self._failed(pod.name, now_s)
+        self._push_backoff(pod.name, self._key(pod), until)
         return until
 
     def park(self, pod: Pod, now_s: float, gate: str) -> None:
         """A failed attempt that only `wake(gate)` can help: keep the pod out of the heaps until then."""
-        attempts = self.attempts.get(pod.name, 0) + 1
-        self.attempts[pod.name] = attempts
+        until = self._failed(pod.name, now_s)
         self._new_token(pod.name)  # its heap entries, if any, become stale
         self._until.pop(pod.name, None)
-        self._parked.setdefault(gate, {})[pod.name] = (now_s + backoff_s(attempts), self._key(pod))
+        self._parked.setdefault(gate, {})[pod.name] = (until, self._key(pod))
         self._gate_of[pod.name] = gate
 
     def parked(self, gate: str) -> bool:
@@ -78,9 +73,7 @@ class SchedulingQueue:
             if until <= now_s:
                 self._push_active(name, key)
             else:
-                token = self._new_token(name)
-                self._until[name] = until
-                heapq.heappush(self._backoff, (until, key, token, name))
+                self._push_backoff(name, key, until)
 
     def wake_all(self, now_s: float) -> None:
         for gate in list(self._parked):
@@ -127,6 +120,17 @@ class SchedulingQueue:
         self._next += 1
         self._token[name] = self._next
         return self._next
+
+    def _failed(self, name: str, now_s: float) -> float:
+        """Count a failed attempt; when the pod's backoff after it ends."""
+        attempts = self.attempts.get(name, 0) + 1
+        self.attempts[name] = attempts
+        return now_s + backoff_s(attempts)
+
+    def _push_backoff(self, name: str, key: tuple, until: float) -> None:
+        token = self._new_token(name)
+        self._until[name] = until
+        heapq.heappush(self._backoff, (until, key, token, name))
 
     def _push_active(self, name: str, key: tuple) -> None:
         token = self._new_token(name)
