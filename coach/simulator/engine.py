@@ -63,6 +63,7 @@ class JobRun:
     deadlocked: bool = False  # ever part of a scheduler deadlock
     out_of_money: bool = False  # its finish time is when its budget runs out, not when its work is done
     segments: list[dict] = field(default_factory=list)  # one per placement the job trained on
+    order: int = 0  # its place in arrival order (ties by name)
 
     @property
     def name(self) -> str:
@@ -95,9 +96,15 @@ class Simulator:
         self.price_of = {node.name: node.price_per_slot_s for node in cluster.nodes}
         self.price_per_gpu_s = max(self.price_of.values())
         self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self.runs = {j.name: JobRun(j, apps[j.app], totals[j.name], (budgets or {}).get(j.name)) for j in jobs}
+        self.runs = {j.name: JobRun(j, apps[j.app], totals[j.name], (budgets or {}).get(j.name), order=i)
+                     for i, j in enumerate(self.pending)}
         self.active: dict[str, JobRun] = {}  # arrived, unfinished, in arrival order
         self.waiting: dict[str, JobRun] = {}  # active without a grant (what a non-elastic policy is asked about)
+        self.granted: dict[str, JobRun] = {}  # active with a grant (running, or waiting for the scheduler)
+        self.running: dict[str, JobRun] = {}  # active and training (or in its restart delay)
+        # what the policy sees of every active job, in arrival order: only granted jobs change between rounds (a
+        # job without GPUs makes no progress and spends nothing), so only theirs are built again each round
+        self.views: dict[str, ClusterJobView] = {}
         self.partial: dict[str, JobRun] = {}  # partly placed jobs
         self.stuck = False  # the scheduler reported a deadlock in the last round
         self.finishing: list[tuple[float, str]] = []  # (finish time, job) of running jobs; stale entries skipped
@@ -150,7 +157,7 @@ class Simulator:
         nothing can change any more (no policy decides differently on an idle cluster where time alone passes)."""
         if not self.active or self.training_gpus or self.partial or self.stuck:
             return False
-        if all(run.grant is None for run in self.active.values()) and not self.placement.pending:
+        if not self.granted and not self.placement.pending:
             return True
         # replicas wait at a settled scheduler with nothing running: no round will bind them
         return not self.policy.elastic and self.placement.settled and bool(self.placement.pending)
@@ -190,14 +197,13 @@ class Simulator:
     def _advance(self, now_s: float) -> None:
         """Account progress, service and money up to now_s; finish the jobs that got there."""
         if self.policy.elastic:
-            for run in list(self.active.values()):
-                if run.running:
-                    self._account(run, min(now_s, run.finish_at_s))
-                    if run.finish_at_s <= now_s:
-                        self._finish(run, run.finish_at_s, "completed")
-                    else:
-                        self._set_rate(run)
-                        self._no_progress(run, now_s)
+            for run in sorted(self.running.values(), key=_arrival_order):
+                self._account(run, min(now_s, run.finish_at_s))
+                if run.finish_at_s <= now_s:
+                    self._finish(run, run.finish_at_s, "completed")
+                else:
+                    self._set_rate(run)
+                    self._no_progress(run, now_s)
         else:  # only the jobs due: the others' progress is accounted when they finish
             while self.finishing and self.finishing[0][0] <= now_s + self.interval_s * 1e-9:
                 entry = heapq.heappop(self.finishing)
@@ -273,6 +279,7 @@ class Simulator:
             return
         self.active[job.name] = run
         self.waiting[job.name] = run
+        self.views[job.name] = self._view(run)
         self.placement.register(job.name)
 
     def _view(self, run: JobRun) -> ClusterJobView:
@@ -287,12 +294,20 @@ class Simulator:
         asked = self.active if self.policy.elastic else self.waiting
         if not asked:
             return
-        snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s,
-                                   tuple(self._view(r) for r in asked.values()))
+        views = self.views
+        if self.policy.elastic:  # every active job: only the granted ones changed since they were last seen
+            for name, run in self.granted.items():
+                views[name] = self._view(run)
+            jobs, by_name, candidates = tuple(views.values()), views, self.granted.keys()
+        else:  # the jobs without a grant: unchanged since they were last seen
+            jobs, by_name, candidates = tuple(views[name] for name in asked), None, ()
+        snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s, jobs)
         grants = self.policy.allocate(snapshot)
-        check_grants(snapshot, grants, queued=not self.policy.elastic)  # a policy's bug stops here, named
-        for name, run in list(asked.items()):
-            grant = grants.get(name)
+        check_grants(snapshot, grants, queued=not self.policy.elastic, by_name=by_name)  # a policy's bug, named
+        # only a job granted now or before can change, in arrival order
+        changed = sorted((asked[name] for name in grants.keys() | candidates if name in asked), key=_arrival_order)
+        for run in changed:
+            name, grant = run.name, grants.get(run.name)
             if grant == run.grant:
                 continue
             if grant is not None and run.grant is not None and grant.gpus == run.grant.gpus and run.running:
@@ -308,15 +323,19 @@ class Simulator:
             if grant is None:
                 self.placement.release(name)
                 self.waiting[name] = run
+                del self.granted[name]
+                views[name] = self._view(run)  # as it stays until its next grant
             else:
                 self.placement.submit(name, grant.gpus)
                 self.waiting.pop(name, None)
+                self.granted[name] = run
 
     def _stop_segment(self, run: JobRun, now_s: float) -> None:
         if run.running:
             self._account(run, now_s)
             self.training_gpus -= run.grant.gpus
         run.running = False
+        self.running.pop(run.name, None)
         run.nodes = {}
         run.price_s = 0.0
         run.rate = 0.0
@@ -372,6 +391,7 @@ class Simulator:
 
     def _start(self, run: JobRun, now_s: float) -> None:
         run.running = True
+        self.running[run.name] = run
         self.training_gpus += run.grant.gpus
         run.partial_since_s = None
         run.nodes = dict(self.placement.nodes_of(run.name))
@@ -401,12 +421,19 @@ class Simulator:
         if run.running:
             self.training_gpus -= run.grant.gpus
         run.running = False
+        self.running.pop(run.name, None)
         if active:
             self.partial.pop(run.name, None)
             self.active.pop(run.name, None)
             self.waiting.pop(run.name, None)
+            self.granted.pop(run.name, None)
+            self.views.pop(run.name, None)
             self.placement.release(run.name)
         self.events += 1
+
+
+def _arrival_order(run: JobRun) -> int:
+    return run.order
 
 
 def _seconds_to_finish(app: AppModel, throughput: float, batch: int, progress: float, total: float) -> float:

@@ -53,10 +53,20 @@ def requested_grant(job: ClusterJobView, gpus: int) -> Grant:
     return Grant(gpus, fit_batch(job.app, gpus, job.requested_batch))
 
 
-def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False) -> None:
+def stage(job: ClusterJobView) -> float:
+    """What a job's goodputs depend on besides its application: the epoch of its progress when the application
+    says (App.epoch: statistical efficiency changes only between epochs, and best_batch is cached per epoch), else
+    the progress itself. Policies key the goodputs they keep from round to round by it."""
+    epoch = getattr(job.app, "epoch", None)
+    return job.progress if epoch is None else epoch(job.progress)
+
+
+def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False,
+                 by_name: Mapping[str, ClusterJobView] | None = None) -> None:
     """Raise ValueError naming the first grant that breaks the ClusterPolicy contract (tests and the engine use it).
-    `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster."""
-    jobs = {job.name: job for job in snapshot.jobs}
+    `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster.
+    `by_name`: the snapshot's jobs by name when the caller has them (a queue of thousands, every round)."""
+    jobs = by_name if by_name is not None else {job.name: job for job in snapshot.jobs}
     total = 0
     for name, grant in grants.items():
         job = jobs.get(name)
