@@ -66,7 +66,9 @@ the network) and rise beyond it, where +1 steps stall.
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -220,12 +222,25 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
     bring; `worker_sizes` (None: +1 worker) the worker counts one step may reach, see the module docstring.
     Raises ValueError for a negative `free_slots` or `min_gain` and for duplicate job names.
     """
+    return _allocated(demands, free_slots, min_gain, worker_sizes).allocations()
+
+
+def allocate_counts(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.05,
+                    worker_sizes: WorkerSizes | None = None) -> dict[str, tuple[int, int]]:
+    """allocate()'s (workers, servers) per job, without its predictions and reasons: for a caller that acts on the
+    counts alone, every round (the simulator's coach policy), where telling why costs more than choosing."""
+    allocator = _allocated(demands, free_slots, min_gain, worker_sizes)
+    return {demand.job: allocator.counts[index] for index, demand in enumerate(demands)}
+
+
+def _allocated(demands: Sequence[JobDemand], free_slots: int, min_gain: float,
+               worker_sizes: WorkerSizes | None) -> _Allocator:
     _check_arguments(demands, free_slots, min_gain)
     allocator = _Allocator(demands, free_slots, min_gain, worker_sizes)
     allocator.start()
     allocator.grow()
     allocator.settle()
-    return allocator.allocations()
+    return allocator
 
 
 def _check_arguments(demands: Sequence[JobDemand], free_slots: int, min_gain: float) -> None:
@@ -234,8 +249,7 @@ def _check_arguments(demands: Sequence[JobDemand], free_slots: int, min_gain: fl
         raise ValueError(f"free_slots must be >= 0, got {free_slots}")
     if not min_gain >= 0:
         raise ValueError(f"min_gain must be >= 0, got {min_gain}")
-    names = [demand.job for demand in demands]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, count in Counter(demand.job for demand in demands).items() if count > 1)
     if duplicates:
         raise ValueError(f"duplicate job names: {', '.join(duplicates)}")
 
@@ -288,14 +302,43 @@ class _Allocator:
         one = self._step(index, WORKER, (workers + 1, servers), limit, now)
         if self.worker_sizes is None:
             return one
-        targets = sorted({t for t in self.worker_sizes(workers, limit) if t > workers + 1})
-        useful = [step for step in [one, *(self._step(index, WORKER, (t, servers), limit, now) for t in targets)]
-                  if step.utility > 0]
-        allowed = [step for step in useful if step.excluded_by is None]
-        for group in (allowed, useful):
-            if group:
-                return max(group, key=lambda step: (round(step.gain_per_slot, 9), -step.size))
-        return one
+        speeds = self._speeds  # read directly: a job may have a hundred sizes, every step of every round
+        useful = [(one.gain_per_slot, workers + 1)] if one.utility > 0 else []
+        for target in sorted({t for t in self.worker_sizes(workers, limit) if t > workers + 1}):
+            after = speeds.get((index, target, servers))
+            if after is None:
+                after = self.f(index, target, servers)
+            utility = (after if 0.0 < after < math.inf else 0.0) - now  # an unusable speed counts as 0
+            if utility > 0:
+                useful.append((utility / now / (SLOTS_PER_STEP * (target - workers)), target))
+        if not useful:
+            return one
+        return self._first_allowed(index, one, useful, limit, now)
+
+    def _first_allowed(self, index: int, one: _Step, useful: list[tuple[float, int]], limit: int | None,
+                       now: float) -> _Step:
+        """Among useful (gain per slot, workers after) sizes, most gain per slot first (equal to 9 decimals: the
+        smaller size first), the first allowed one, else the first. Only the sizes that tie with the most gain are
+        weighed in full (cost, constraints) unless none of them is allowed: that is nearly always enough."""
+        workers, servers = self.counts[index]
+        top = max(gain for gain, _ in useful)
+        rounded_top = round(top, 9)
+        # two gains 2e-9 apart cannot round to the same 9 decimals
+        leading = sorted(target for gain, target in useful if gain >= top - 2e-9 and round(gain, 9) == rounded_top)
+        first = None
+        for target in leading:
+            step = one if target == workers + 1 else self._step(index, WORKER, (target, servers), limit, now)
+            if step.excluded_by is None:
+                return step
+            first = step if first is None else first
+        rest = sorted(((round(gain, 9), -target) for gain, target in useful if target not in leading), reverse=True)
+        for _, negative in rest:
+            target = -negative
+            step = one if target == workers + 1 else self._step(index, WORKER, (target, servers), limit, now)
+            if step.excluded_by is None:
+                return step
+        assert first is not None
+        return first
 
     def _step(self, index: int, kind: str, after_counts: tuple[int, int], limit: int | None, now: float) -> _Step:
         """One step to `after_counts`, with what it brings, what it costs and the first constraint it breaks."""
@@ -346,17 +389,20 @@ class _Allocator:
         growth), so each job's best step is kept until then; with worker_sizes, a step of several workers that no
         longer fits is chosen again.
         """
+        if self.free < 1:
+            return
         best_of = {index: self._candidate(index) for index in range(len(self.demands)) if index not in self.fixed}
+        ahead = _StepQueue(best_of)
         while self.free >= 1:
-            chosen = _most_gain_per_slot(best_of)
+            chosen = ahead.pop()
             if chosen is None:
                 break
             index, step = chosen
             if SLOTS_PER_STEP * step.size > self.free:  # a step of several workers no longer fits: choose again
-                best_of[index] = self._candidate(index)
+                ahead.replace(index, self._candidate(index))
                 continue
             self._take(index, step)
-            best_of[index] = self._candidate(index)
+            ahead.replace(index, self._candidate(index))
 
     def _candidate(self, index: int) -> _Step | None:
         """The job's more useful allowed step when it is worth taking, else None."""
@@ -521,19 +567,33 @@ def _worth(step: _Step, min_gain: float) -> bool:
     return step.utility > 0 and step.gain >= min_gain
 
 
-def _ahead(step: _Step, other: _Step) -> bool:
-    """Gains equal to 9 decimals tie (whatever the float noise); a tie goes to the smaller money ratio."""
-    return ((round(step.gain_per_slot, 9), -step.money_ratio) >
-            (round(other.gain_per_slot, 9), -other.money_ratio))
+class _StepQueue:
+    """Every job's best step, the one ahead of all others first (rule 3: the most gain per slot, gains equal to 9
+    decimals tie, then the smaller money ratio, then the earlier job). A heap, because hundreds of jobs may grow by
+    hundreds of steps in one call (the simulator's coach policy on a large cluster); a replaced step's entry stays
+    in the heap and is skipped when it surfaces."""
 
+    def __init__(self, best_of: dict[int, _Step | None]) -> None:
+        self.best_of: dict[int, _Step | None] = {}
+        self.heap: list[tuple[float, float, int, int, _Step]] = []
+        self.pushed = 0
+        for index, step in best_of.items():
+            self.replace(index, step)
 
-def _most_gain_per_slot(best_of: dict[int, _Step | None]) -> tuple[int, _Step] | None:
-    """The job whose best step is ahead of every other job's (rule 3), with that step; None when no job has one."""
-    chosen: tuple[int, _Step] | None = None
-    for index, best in best_of.items():  # in job order: a tie keeps the earlier job
-        if best is not None and (chosen is None or _ahead(best, chosen[1])):
-            chosen = (index, best)
-    return chosen
+    def replace(self, index: int, step: _Step | None) -> None:
+        self.best_of[index] = step
+        if step is not None:
+            self.pushed += 1
+            heapq.heappush(self.heap, (-round(step.gain_per_slot, 9), step.money_ratio, index, self.pushed, step))
+
+    def pop(self) -> tuple[int, _Step] | None:
+        """The job whose best step is ahead of every other job's, with that step; None when no job has one."""
+        while self.heap:
+            *_, index, _, step = heapq.heappop(self.heap)
+            if self.best_of.get(index) is step:
+                self.best_of[index] = None
+                return index, step
+        return None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The thesis's policy in the simulator: greedy marginal utility within each job's budget (coach.policy). Pure.
 
-It reuses coach.policy.allocation.allocate unchanged, mapping one simulated job to one JobDemand:
+It reuses coach.policy.allocation unchanged (allocate_counts: its counts, without the reasons), mapping one
+simulated job to one JobDemand:
 - workers = GPUs; max_servers = 1, so the job sits at 1 server and only ever grows workers (GPU jobs here have
   no parameter servers). allocate counts a scheduler and a server slot per job, which take no GPU: we pass
   free_slots = GPUs + 2 x candidates and let at most total_gpus jobs be candidates, so every candidate starts
@@ -30,13 +31,13 @@ allocate's `worker_sizes` option): 0.754 h, and faster than Pollux, paired over 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from coach.policy.allocation import JobDemand, allocate
-from coach.simulator.grants import fit_batch, gpu_cap
+from coach.policy.allocation import JobDemand, allocate_counts
+from coach.simulator.grants import fit_batch, gpu_cap, stage
 from coach.simulator.policies.pollux import step_sizes
-from coach.simulator.view import ClusterSnapshot, Grant, ClusterJobView, packed_nodes
+from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, packed_nodes
 
 MIN_GAIN = 0.0
 RESTART_S = 30.0  # what a change of allocation costs a running job (the simulator's restart delay)
@@ -71,17 +72,27 @@ class Coach:
     least_attained_first: bool = True  # candidates by attained GPU time (False: arrival order, the thesis's)
     node_steps: bool = True  # a step may add several GPUs, as Pollux's (False: one GPU at a time, the thesis's)
     elastic: bool = True
+    # (id(app), stage, GPUs per node) -> (the app, GPUs -> (batch, goodput)): the last round's, for the next (the
+    # app is held so that its id stays unique); a queue of jobs of one application shares one
+    goodputs: dict[tuple[int, float, int], tuple[AppModel, dict[int, tuple[int, float]]]] = field(
+        default_factory=dict)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
-        cache: dict[tuple[str, int], tuple[int, float]] = {}
+        used: dict[tuple[int, float, int], tuple[AppModel, dict[int, tuple[int, float]]]] = {}
+        tables: dict[str, dict[int, tuple[int, float]]] = {}  # per job: its application's at its stage
 
         def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
-            key = (job.name, gpus)
-            if key not in cache:
+            known = tables.get(job.name)
+            if known is None:
+                key = (id(job.app), stage(job), per_node)  # goodputs are of replicas packed on such nodes
+                used[key] = used.get(key) or self.goodputs.get(key) or (job.app, {})
+                known = tables[job.name] = used[key][1]
+            found = known.get(gpus)
+            if found is None:
                 batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)
-                cache[key] = (fit_batch(job.app, gpus, batch), float(goodput))
-            return cache[key]
+                found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
+            return found
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -99,13 +110,15 @@ class Coach:
         if self.node_steps:
             def sizes(workers: int, limit: int | None) -> list[int]:
                 return step_sizes(workers, limit if limit is not None else total, per_node)
-        chosen = allocate(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain, worker_sizes=sizes)
+        chosen = allocate_counts(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain,
+                                 worker_sizes=sizes)
         jobs = {s.job.name: s.job for s in speeds}
-        counts = {name: a.workers for name, a in chosen.items() if a.workers}
+        counts = {name: workers for name, (workers, _) in chosen.items() if workers}
         for name, gpus in counts.items():
             job = jobs[name]
             if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
                 counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
+        self.goodputs = used
         return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
 
     def _pays(self, job: ClusterJobView, goodput_now: float, goodput_then: float) -> bool:

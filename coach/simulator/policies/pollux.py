@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from coach.simulator.grants import fit_batch, gpu_cap
+from coach.simulator.grants import fit_batch, gpu_cap, stage
 from coach.simulator.view import AppModel, ClusterJobView, ClusterSnapshot, Grant, packed_nodes
 
 #: Seconds a re-allocation stalls a job in the Pollux artifact's simulator (every application).
@@ -40,14 +40,6 @@ def step_sizes(gpus: int, cap: int, per_node: int) -> list[int]:
     near = range(gpus + 1, min(gpus + per_node, cap) + 1)
     far = range((gpus + per_node) // per_node * per_node + per_node, cap + 1, per_node)
     return [*near, *far]
-
-
-def _stage(job: ClusterJobView) -> float:
-    """What a job's goodputs depend on besides its application: the epoch of its progress when the application
-    says (App.epoch: statistical efficiency changes only between epochs, and best_batch is cached per epoch), else
-    the progress itself."""
-    epoch = getattr(job.app, "epoch", None)
-    return job.progress if epoch is None else epoch(job.progress)
 
 
 @dataclass
@@ -83,7 +75,7 @@ class _Search:
         self.used: dict[tuple[int, float, int], _Table] = {}
         self.tables: list[_Table] = []  # per job
         for job in self.jobs:
-            key = (id(job.app), _stage(job), self.per_node)  # goodputs are of replicas packed on such nodes
+            key = (id(job.app), stage(job), self.per_node)  # goodputs are of replicas packed on such nodes
             table = self.used.get(key) or tables.get(key) or _Table(job.app)
             self.used[key] = table
             self.tables.append(table)
