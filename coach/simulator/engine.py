@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from coach.domain.cluster import ClusterSpec
 from coach.lifecycle.job import MAX_REQUEUES
@@ -298,12 +298,15 @@ class Simulator:
         if self.policy.elastic:  # every active job: only the granted ones changed since they were last seen
             for name, run in self.granted.items():
                 views[name] = self._view(run)
-            jobs, by_name, candidates = tuple(views.values()), views, self.granted.keys()
+            snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s,
+                                       tuple(views.values()), index=views)
+            candidates: Iterable[str] = self.granted.keys()
         else:  # the jobs without a grant: unchanged since they were last seen
-            jobs, by_name, candidates = tuple(views[name] for name in asked), None, ()
-        snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s, jobs)
+            snapshot = ClusterSnapshot(now_s, self.node_gpus, self.price_per_gpu_s, self.interval_s,
+                                       tuple(views[name] for name in asked))
+            candidates = ()
         grants = self.policy.allocate(snapshot)
-        check_grants(snapshot, grants, queued=not self.policy.elastic, by_name=by_name)  # a policy's bug, named
+        check_grants(snapshot, grants, queued=not self.policy.elastic)  # a policy's bug stops here, named
         # only a job granted now or before can change, in arrival order
         changed = sorted((asked[name] for name in grants.keys() | candidates if name in asked), key=_arrival_order)
         for run in changed:

@@ -61,12 +61,10 @@ def stage(job: ClusterJobView) -> float:
     return job.progress if epoch is None else epoch(job.progress)
 
 
-def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False,
-                 by_name: Mapping[str, ClusterJobView] | None = None) -> None:
+def check_grants(snapshot: ClusterSnapshot, grants: Mapping[str, Grant], queued: bool = False) -> None:
     """Raise ValueError naming the first grant that breaks the ClusterPolicy contract (tests and the engine use it).
-    `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster.
-    `by_name`: the snapshot's jobs by name when the caller has them (a queue of thousands, every round)."""
-    jobs = by_name if by_name is not None else {job.name: job for job in snapshot.jobs}
+    `queued`: the grants are requests to the scheduler's queue (a rigid policy's), which may exceed the cluster."""
+    jobs = snapshot.jobs_by_name
     total = 0
     for name, grant in grants.items():
         job = jobs.get(name)

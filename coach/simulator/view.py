@@ -7,7 +7,7 @@ The run level (the workers and servers of a `coach run`) has its own: coach.poli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol
 
 
@@ -68,6 +68,14 @@ class ClusterSnapshot:
     price_per_gpu_s: float  # money per GPU-second
     interval_s: float  # the length of a scheduling round
     jobs: tuple[ClusterJobView, ...]  # active jobs in arrival order (ties: by name)
+    # the same jobs by name, when whoever builds the snapshot keeps them so (the engine, for a queue of thousands);
+    # read it during the call it is given to, not later
+    index: Mapping[str, ClusterJobView] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def jobs_by_name(self) -> Mapping[str, ClusterJobView]:
+        """The jobs by name: the given index, else built (once per call: ask once per round)."""
+        return self.index if self.index is not None else {job.name: job for job in self.jobs}
 
     @property
     def total_gpus(self) -> int:
