@@ -63,6 +63,9 @@ class ElasticBatchDp:
     # does not change with progress, so each point is computed once per simulation (the app is held so that its
     # id stays unique)
     tables: dict[tuple[int, int], tuple[AppModel, list[float], list[int]]] = field(default_factory=dict)
+    # the last round's jobs (name, app, cap, in order) and cluster, and its answer: values do not change with
+    # progress, so the same jobs on the same cluster get the same answer without solving again (apps held: ids)
+    last: tuple[tuple, Mapping[str, Grant]] | None = None
 
     def table(self, app: AppModel, cap: int, per_node: int) -> tuple[np.ndarray, list[int]]:
         """Values (speed-up over 1 GPU; 0 at 0 GPUs) and batches for 0..cap GPUs."""
@@ -76,6 +79,15 @@ class ElasticBatchDp:
         return np.array(speeds[:cap + 1]) / base, batches[:cap + 1]
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
+        total, jobs = snapshot.total_gpus, snapshot.jobs
+        asked = (snapshot.node_gpus, tuple((job.name, job.app, gpu_cap(job, total)) for job in jobs))
+        if self.last is not None and self.last[0] == asked:
+            return dict(self.last[1])
+        grants = self._solve(snapshot)
+        self.last = (asked, grants)
+        return dict(grants)
+
+    def _solve(self, snapshot: ClusterSnapshot) -> dict[str, Grant]:
         total, jobs = snapshot.total_gpus, snapshot.jobs
         tables = [self.table(job.app, gpu_cap(job, total), snapshot.gpus_per_node) for job in jobs]
         values = []
