@@ -265,6 +265,7 @@ class App:
         self.grads = grads
         self.max_progress = max_progress  # M0-samples to finish (the last traced epoch of progress)
         self._best: dict[tuple[int, int, int], tuple[int, float]] = {}
+        self._candidates: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (GPUs, nodes) -> batches, speeds
         self._speeds: dict[tuple[int, int, int], float] = {}  # (gpus, nodes, batch) -> samples/s
         self._efficiencies: dict[tuple[int, int], float] = {}  # (batch, epoch) -> efficiency
         self._epoch_starts = [float(x) for x in grads.epoch_starts]
@@ -341,14 +342,18 @@ class App:
         return cached
 
     def _search_best(self, gpus: int, nodes: int, epoch: int) -> tuple[int, float]:
-        low_local = max(self.min_local_batch, math.ceil(self.init_batch / gpus))
-        high_local = self.max_batch // gpus
-        if low_local > high_local:
-            locals_ = np.array([max(high_local, 1)], dtype=float)
-        else:
-            locals_ = np.unique(np.round(np.geomspace(low_local, high_local, _BEST_BATCH_CANDIDATES)))
-        batches = locals_ * gpus
-        goodputs = self._throughput(gpus, nodes, batches) * self._efficiency(batches, epoch)
+        candidates = self._candidates.get((gpus, nodes))
+        if candidates is None:  # the batches and their throughputs do not depend on the epoch: once per allocation
+            low_local = max(self.min_local_batch, math.ceil(self.init_batch / gpus))
+            high_local = self.max_batch // gpus
+            if low_local > high_local:
+                locals_ = np.array([max(high_local, 1)], dtype=float)
+            else:
+                locals_ = np.unique(np.round(np.geomspace(low_local, high_local, _BEST_BATCH_CANDIDATES)))
+            batches = locals_ * gpus
+            candidates = self._candidates[(gpus, nodes)] = (batches, self._throughput(gpus, nodes, batches))
+        batches, throughputs = candidates
+        goodputs = throughputs * self._efficiency(batches, epoch)
         best = int(np.argmax(goodputs))
         return int(batches[best]), float(goodputs[best])
 

@@ -52,7 +52,9 @@ class _Speed:
     price_per_gpu_s: float
 
     def affordable(self, gpus: int) -> bool:
-        goodput = self.goodput(gpus)
+        return self._affordable(gpus, self.goodput(gpus))
+
+    def _affordable(self, gpus: int, goodput: float) -> bool:
         if goodput <= 0:
             return False
         if math.isinf(self.job.remaining_budget) and self.job.remaining_budget > 0:
@@ -60,9 +62,10 @@ class _Speed:
         return gpus * self.price_per_gpu_s * self.job.remaining_progress / goodput <= self.job.remaining_budget
 
     def epochs_per_s(self, workers: int, servers: int) -> float:
-        if not self.affordable(workers):
+        goodput = self.goodput(workers)
+        if not self._affordable(workers, goodput):
             return 0.0
-        return self.goodput(workers) / self.job.remaining_progress
+        return goodput / self.job.remaining_progress
 
 
 @dataclass
