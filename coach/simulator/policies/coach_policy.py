@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Mapping
 
 from coach.policy.allocation import JobDemand, allocate_counts
@@ -99,13 +100,27 @@ class Coach:
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
-            snapshot.jobs, key=lambda j: (j.attained_gpu_s, j.arrival_s, j.name))
+            snapshot.jobs, key=attrgetter("attained_gpu_s", "arrival_s", "name"))
         for job in order:
             if len(speeds) >= total:
                 break
             speed = _Speed(job, lambda gpus, job=job: best(job, gpus)[1], snapshot.price_per_gpu_s)
             if job.remaining_progress > 0 and gpu_cap(job, total) >= 1 and speed.affordable(1):
                 speeds.append(speed)
+        jobs = {s.job.name: s.job for s in speeds}
+        if len(speeds) >= total:  # as many candidates as GPUs: each starts on one and none is left to grow
+            counts = dict.fromkeys(jobs, 1)  # allocate's answer, without asking it (a queue of thousands)
+        else:
+            counts = self._counts(speeds, total, per_node)
+        for name, gpus in counts.items():
+            job = jobs[name]
+            if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
+                counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
+        self.goodputs = used
+        return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
+
+    def _counts(self, speeds: list[_Speed], total: int, per_node: int) -> dict[str, int]:
+        """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
         demands = [JobDemand(job=s.job.name, speed=s, remaining_epochs=1.0, remaining_budget=s.job.remaining_budget,
                              price_per_slot_s=0.0, max_workers=gpu_cap(s.job, total), max_servers=1)
                    for s in speeds]
@@ -115,14 +130,7 @@ class Coach:
                 return step_sizes(workers, limit if limit is not None else total, per_node)
         chosen = allocate_counts(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain,
                                  worker_sizes=sizes)
-        jobs = {s.job.name: s.job for s in speeds}
-        counts = {name: workers for name, (workers, _) in chosen.items() if workers}
-        for name, gpus in counts.items():
-            job = jobs[name]
-            if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
-                counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
-        self.goodputs = used
-        return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
+        return {name: workers for name, (workers, _) in chosen.items() if workers}
 
     def _pays(self, job: ClusterJobView, goodput_now: float, goodput_then: float) -> bool:
         """Growing saves more time on the job's remaining work than the restart delay costs."""
