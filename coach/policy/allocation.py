@@ -56,8 +56,8 @@ The rules, in order:
    budget stays unaffordable when slots free up. A job that settled at its current counts although a step
    from them would be worth taking says "gain": it chose to stay.
 
-Option (off by default, so `coach run` never uses it): `worker_sizes(workers, max_workers)` names the worker
-counts one worker step may reach instead of workers + 1 (the simulator's coach policy passes Pollux's: every
+Option (off by default, so `coach run` never uses it): `worker_sizes(job, workers, max_workers)` names the worker
+counts one worker step of that job may reach instead of workers + 1 (the simulator's coach policy passes Pollux's: every
 count up to one node more, then whole nodes). The worker step is then, among the allowed sizes whose utility is
 positive, the one with the largest gain per added slot (ties: the smaller), else the +1 step; it takes as many
 slots as workers it adds. Why: goodput may dip one GPU past a node boundary (the step onto a second node pays
@@ -211,7 +211,7 @@ def _money(amount: float) -> str:
     return f"{amount:.4g}"
 
 
-WorkerSizes = Callable[[int, "int | None"], Iterable[int]]
+WorkerSizes = Callable[[str, int, "int | None"], Iterable[int]]  # (job, workers, max_workers) -> sizes
 
 
 def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.05,
@@ -304,7 +304,8 @@ class _Allocator:
             return one
         speeds = self._speeds  # read directly: a job may have a hundred sizes, every step of every round
         useful = [(one.gain_per_slot, workers + 1)] if one.utility > 0 else []
-        for target in sorted({t for t in self.worker_sizes(workers, limit) if t > workers + 1}):
+        sizes = self.worker_sizes(self.demands[index].job, workers, limit)
+        for target in sorted({t for t in sizes if t > workers + 1}):
             after = speeds.get((index, target, servers))
             if after is None:
                 after = self.f(index, target, servers)

@@ -413,7 +413,7 @@ DIP = Table({(1, 1): 1.0, (2, 1): 1.9, (3, 1): 2.9, (4, 1): 4.07, (5, 1): 4.02, 
 
 
 def test_worker_sizes_let_one_step_cross_a_dip_that_stalls_plus_one_steps():
-    def sizes(workers: int, limit: int | None) -> list[int]:
+    def sizes(job: str, workers: int, limit: int | None) -> list[int]:
         return list(range(workers + 1, 9))
 
     alone = allocate([demand(speed=DIP, max_servers=1)], free_slots=100, min_gain=0.0)["a"]
@@ -424,7 +424,7 @@ def test_worker_sizes_let_one_step_cross_a_dip_that_stalls_plus_one_steps():
 
 
 def test_a_step_of_several_workers_that_no_longer_fits_is_chosen_again_within_the_free_slots():
-    def sizes(workers: int, limit: int | None) -> list[int]:
+    def sizes(job: str, workers: int, limit: int | None) -> list[int]:
         return list(range(workers + 1, 9))
 
     # (1,1) takes 3 slots; 3 more give (4,1), and the step to (8,1) does not fit: the job ends at 4 workers

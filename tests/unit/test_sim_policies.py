@@ -356,3 +356,50 @@ def test_pollux_tables_shared_by_application_and_epoch_change_no_allocation():
         for name in progress:
             progress[name] += 40.0 * held.get(name, 0)
     assert len(shared.tables) < len(progress)  # some jobs did share
+
+
+def test_coach_hands_allocate_only_the_leading_step_sizes_and_gets_the_same_counts():
+    """The coach policy gives allocate, for a job without a budget, only the sizes that beat every smaller one on
+    gain per GPU; on random goodput curves (dips at node boundaries, plateaus, equal gains) and random free GPUs,
+    allocate then chooses the same counts as with every size."""
+    from coach.policy.allocation import JobDemand, allocate_counts
+    from coach.simulator.policies.coach_policy import _Goodputs
+    from coach.simulator.policies.pollux import step_sizes
+
+    rng = random.Random("leading-sizes")
+
+    class Curve:
+        def __init__(self, goodputs: list[float]):
+            self.goodputs = goodputs
+
+        def epochs_per_s(self, workers: int, servers: int) -> float:
+            return self.goodputs[workers] if workers < len(self.goodputs) else 0.0
+
+    for _ in range(300):
+        per_node, jobs = rng.choice([2, 4, 8]), rng.randint(1, 4)
+        curves, tables = [], []
+        for _ in range(jobs):
+            cap = rng.randint(1, 40)
+            goodputs, speed = [0.0], 1.0
+            for gpus in range(1, cap + 1):
+                if gpus > 1:
+                    speed += rng.choice([0.0, 0.5, 1.0, 1.0, 0.25]) * (0.3 if gpus % per_node == 1 else 1.0)
+                goodputs.append(round(speed, rng.choice([1, 3, 9])))
+            curves.append(Curve(goodputs))
+            tables.append(_Goodputs(app=None))  # type: ignore[arg-type]
+        demands = [JobDemand(job=f"j{i}", speed=c, remaining_epochs=1.0, remaining_budget=math.inf,
+                             price_per_slot_s=0.0, max_workers=len(c.goodputs) - 1, max_servers=1)
+                   for i, c in enumerate(curves)]
+        free = 3 * jobs + rng.randint(0, 60)
+
+        def every(name: str, workers: int, limit: int | None) -> list[int]:
+            return step_sizes(workers, limit if limit is not None else 64, per_node)
+
+        def leading(name: str, workers: int, limit: int | None) -> list[int]:
+            index = int(name[1:])
+            speed = curves[index]
+            return tables[index].leading_sizes(workers, limit if limit is not None else 64, per_node,
+                                               lambda gpus: speed.epochs_per_s(gpus, 1))
+
+        assert (allocate_counts(demands, free, min_gain=0.0, worker_sizes=leading)
+                == allocate_counts(demands, free, min_gain=0.0, worker_sizes=every))

@@ -6,15 +6,23 @@ simulated job to one JobDemand:
   no parameter servers). allocate counts a scheduler and a server slot per job, which take no GPU: we pass
   free_slots = GPUs + 2 x candidates and let at most total_gpus jobs be candidates, so every candidate starts
   (3 slots each) and every slot beyond the starts is one GPU; the GPUs granted never exceed the cluster's.
-- one "epoch" is the job's whole remaining work (remaining_epochs = 1), so epochs_per_s(w, s) = goodput at w
-  packed GPUs (app.best_batch, the batch the job then runs at) / remaining progress, and min_gain (5%, the
-  module's default) is the smallest relative speed-up one more GPU must bring.
+- one "epoch" is one M0-sample (remaining_epochs = 1 and a price of 0, so its size matters nowhere), so
+  epochs_per_s(w, s) = goodput at w packed GPUs (app.best_batch, the batch the job then runs at), and min_gain
+  (5%, the module's default) is the smallest relative speed-up one more GPU must bring. Goodput rather than the
+  share of the remaining work per second: allocate weighs only ratios of speeds, and goodputs stay the same from
+  round to round while a job's stage of training does, so the step sizes worth weighing can be kept (below).
 - Budget: money is spent per GPU-second (price_per_gpu_s), not per slot, so allocate's own per-slot cost is set
   to 0 and the budget is enforced in the speed adapter instead: a GPU count whose predicted spend to finish,
   gpus x price_per_gpu_s x remaining_progress / goodput, exceeds job.remaining_budget predicts no progress, so
   allocate never takes that step; a job that cannot afford to finish even on 1 GPU is not started.
 Candidates are taken in the order given to allocate (the thesis's Coach: arrival order; here by default least
 attained GPU time first).
+
+Speed (the Philly trace asks this every round for days of simulated time): goodputs are kept per application,
+stage and node size across rounds (as Pollux's); for a job without a budget, of the sizes a step from w GPUs may
+reach only those that beat every smaller one on gain per GPU are handed to allocate (any other loses to a smaller
+one whatever the free GPUs), kept with the goodputs; and with as many candidates as GPUs, allocate's answer (one
+each) is known without asking.
 
 What the thesis's greedy lacked against Pollux in the simulator (issue 35), given here and measured on workloads
 1-8 at load 1.0 (mean JCT, Pollux 0.766 h): with its 5% minimum gain it left GPUs idle that any gain would use
@@ -24,7 +32,7 @@ idle), and a running job grows only when the time it saves on its remaining work
 pays (`restart_s`, 30 s as the engine's); shrinking to make room for others is not damped; candidates are taken
 by least attained GPU time, as Pollux orders them (0.794 h in all). And it grew one GPU at a time, stalling where
 the next GPU, on a second node, gains nothing; a step may now add several GPUs, Pollux's sizes (`node_steps`,
-allocate's `worker_sizes` option): 0.754 h, and faster than Pollux, paired over jobs, at loads 0.5 to 2.0
+allocate's `worker_sizes` option): 0.753 h, and faster than Pollux, paired over jobs, at loads 0.5 to 2.0
 (docs/simulator.md).
 """
 
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Mapping
 
-from coach.policy.allocation import JobDemand, allocate_counts
+from coach.policy.allocation import SLOTS_PER_STEP, JobDemand, allocate_counts
 from coach.simulator.grants import fit_batch, gpu_cap, stage
 from coach.simulator.policies.pollux import step_sizes
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, packed_nodes
@@ -46,7 +54,7 @@ RESTART_S = 30.0  # what a change of allocation costs a running job (the simulat
 
 @dataclass(frozen=True)
 class _Speed:
-    """SpeedModel adapter: epochs (= the whole remaining job) per second on `workers` GPUs, 0 if unaffordable."""
+    """SpeedModel adapter: goodput on `workers` GPUs (an epoch is one M0-sample), 0 if unaffordable."""
 
     job: ClusterJobView
     goodput: Callable[[int], float]  # M0-samples per second on that many packed GPUs
@@ -64,9 +72,36 @@ class _Speed:
 
     def epochs_per_s(self, workers: int, servers: int) -> float:
         goodput = self.goodput(workers)
-        if not self._affordable(workers, goodput):
-            return 0.0
-        return goodput / self.job.remaining_progress
+        return goodput if self._affordable(workers, goodput) else 0.0
+
+
+@dataclass
+class _Goodputs:
+    """One application at one stage of training on one node size: GPUs -> (batch, goodput), and the step sizes
+    worth weighing from w GPUs up to a cap (for jobs without a budget)."""
+
+    app: AppModel  # held so that the id in the key stays this application's
+    best: dict[int, tuple[int, float]] = field(default_factory=dict)
+    leading: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (w, cap) -> sizes
+
+    def leading_sizes(self, workers: int, cap: int, per_node: int, speed: Callable[[int], float]) -> list[int]:
+        """Of w+1 and Pollux's sizes from w up to cap, those whose gain per GPU (allocate's, to 9 decimals) beats
+        every smaller one's: the only ones allocate can choose, whatever the free GPUs (the best within any
+        limit is the last of them below it). `speed` is allocate's epochs_per_s, so the gains are its own."""
+        found = self.leading.get((workers, cap))
+        if found is None:
+            found, top = [], -math.inf
+            now = speed(workers)
+            for target in sorted({workers + 1, *step_sizes(workers, cap, per_node)}):
+                after = speed(target)
+                utility = (after if 0.0 < after < math.inf else 0.0) - now
+                if utility > 0:
+                    gain = round(utility / now / (SLOTS_PER_STEP * (target - workers)), 9)
+                    if gain > top:
+                        found.append(target)
+                        top = gain
+            self.leading[(workers, cap)] = found
+        return found
 
 
 @dataclass
@@ -78,20 +113,23 @@ class Coach:
     elastic: bool = True
     # (id(app), stage, GPUs per node) -> (the app, GPUs -> (batch, goodput)): the last round's, for the next (the
     # app is held so that its id stays unique); a queue of jobs of one application shares one
-    goodputs: dict[tuple[int, float, int], tuple[AppModel, dict[int, tuple[int, float]]]] = field(
-        default_factory=dict)
+    goodputs: dict[tuple[int, float, int], _Goodputs] = field(default_factory=dict)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
-        used: dict[tuple[int, float, int], tuple[AppModel, dict[int, tuple[int, float]]]] = {}
-        tables: dict[str, dict[int, tuple[int, float]]] = {}  # per job: its application's at its stage
+        used: dict[tuple[int, float, int], _Goodputs] = {}
+        tables: dict[str, _Goodputs] = {}  # per job: its application's at its stage
 
-        def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
+        def table(job: ClusterJobView) -> _Goodputs:
             known = tables.get(job.name)
             if known is None:
                 key = (id(job.app), stage(job), per_node)  # goodputs are of replicas packed on such nodes
-                used[key] = used.get(key) or self.goodputs.get(key) or (job.app, {})
-                known = tables[job.name] = used[key][1]
+                known = used.get(key) or self.goodputs.get(key) or _Goodputs(job.app)
+                used[key] = tables[job.name] = known
+            return known
+
+        def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
+            known = table(job).best
             found = known.get(gpus)
             if found is None:
                 batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)
@@ -111,7 +149,7 @@ class Coach:
         if len(speeds) >= total:  # as many candidates as GPUs: each starts on one and none is left to grow
             counts = dict.fromkeys(jobs, 1)  # allocate's answer, without asking it (a queue of thousands)
         else:
-            counts = self._counts(speeds, total, per_node)
+            counts = self._counts(speeds, total, per_node, table)
         for name, gpus in counts.items():
             job = jobs[name]
             if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
@@ -119,15 +157,20 @@ class Coach:
         self.goodputs = used
         return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
 
-    def _counts(self, speeds: list[_Speed], total: int, per_node: int) -> dict[str, int]:
+    def _counts(self, speeds: list[_Speed], total: int, per_node: int,
+                table: Callable[[ClusterJobView], _Goodputs]) -> dict[str, int]:
         """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
         demands = [JobDemand(job=s.job.name, speed=s, remaining_epochs=1.0, remaining_budget=s.job.remaining_budget,
                              price_per_slot_s=0.0, max_workers=gpu_cap(s.job, total), max_servers=1)
                    for s in speeds]
+        by_name = {s.job.name: s for s in speeds}
         sizes = None
         if self.node_steps:
-            def sizes(workers: int, limit: int | None) -> list[int]:
-                return step_sizes(workers, limit if limit is not None else total, per_node)
+            def sizes(name: str, workers: int, limit: int | None) -> list[int]:
+                cap, speed = limit if limit is not None else total, by_name[name]
+                if speed.job.remaining_budget != math.inf:  # affordability is the job's own: every size
+                    return step_sizes(workers, cap, per_node)
+                return table(speed.job).leading_sizes(workers, cap, per_node, lambda gpus: speed.epochs_per_s(gpus, 1))
         chosen = allocate_counts(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain,
                                  worker_sizes=sizes)
         return {name: workers for name, (workers, _) in chosen.items() if workers}
