@@ -406,8 +406,15 @@ class _Allocator:
             ahead.replace(index, self._candidate(index))
 
     def _candidate(self, index: int) -> _Step | None:
-        """The job's more useful allowed step when it is worth taking, else None."""
-        best = _more_useful([step for step in self.steps(index) if step.excluded_by is None])
+        """The job's more useful allowed step when it is worth taking, else None. A server step beyond the job's
+        max_servers is excluded by its limit whatever it brings, so it is not worked out (the simulator's jobs
+        sit at 1 server, and this is asked at every step)."""
+        workers, servers = self.counts[index]
+        demand, now = self.demands[index], self.f(index, workers, servers)
+        steps = [self._worker_step(index, now)]
+        if demand.max_servers is None or servers < demand.max_servers:
+            steps.append(self._step(index, SERVER, (workers, servers + 1), demand.max_servers, now))
+        best = _more_useful([step for step in steps if step.excluded_by is None])
         return best if best is not None and _worth(best, self.min_gain) else None
 
     def _take(self, index: int, step: _Step) -> None:

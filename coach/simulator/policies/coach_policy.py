@@ -128,13 +128,17 @@ class Coach:
                 used[key] = tables[job.name] = known
             return known
 
-        def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
-            known = table(job).best
+        def best(job: ClusterJobView, gpus: int, known: dict[int, tuple[int, float]] | None = None) -> tuple[int, float]:
+            known = table(job).best if known is None else known
             found = known.get(gpus)
             if found is None:
                 batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)
                 found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
             return found
+
+        def goodput_of(job: ClusterJobView) -> Callable[[int], float]:
+            known = table(job).best  # resolved once: allocate asks for goodputs at every step
+            return lambda gpus: best(job, gpus, known)[1]
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -142,7 +146,7 @@ class Coach:
         for job in order:
             if len(speeds) >= total:
                 break
-            speed = _Speed(job, lambda gpus, job=job: best(job, gpus)[1], snapshot.price_per_gpu_s)
+            speed = _Speed(job, goodput_of(job), snapshot.price_per_gpu_s)
             if job.remaining_progress > 0 and gpu_cap(job, total) >= 1 and speed.affordable(1):
                 speeds.append(speed)
         jobs = {s.job.name: s.job for s in speeds}
