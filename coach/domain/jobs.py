@@ -7,6 +7,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+#: A job that misses its quorum this often stops as unschedulable (the live lifecycle's rule, which the cluster
+#: simulator follows).
+MAX_REQUEUES = 5
+
 #: MXNet optimizer names a job may use (``mx.optimizer.create(name, ...)``).
 OPTIMIZERS: frozenset[str] = frozenset({"sgd", "nag", "adam", "rmsprop", "adagrad", "adadelta"})
 

@@ -44,7 +44,7 @@ from coach.domain.identity import (FunctionId, Role, functions_for, has_quorum, 
                                    slots_for)
 from coach.domain.deadlines import STOP_RESERVE_S
 from coach.domain.invocation import FOREIGN, TIMEOUT, Failure
-from coach.domain.jobs import JobSpec
+from coach.domain.jobs import MAX_REQUEUES, JobSpec
 from coach.domain.records import EpochRecord, iso
 from coach.domain.status import JobStatus
 from coach.lifecycle import commands as cmd
@@ -63,7 +63,6 @@ from coach.policy.stopping import StopInputs, decide, stop_metric
 BUDGET_MARGIN = 0.9
 REPLY_RESERVE_S = 0.5
 INVOKE_GRACE_S = 15.0  # the HTTP timeout exceeds the epoch deadline so the function's own 504 arrives first
-MAX_REQUEUES = 5  # a job that misses its quorum this often stops as unschedulable
 REQUEUE_BACKOFF_S = 1.0  # first wait after giving slots back; doubles per requeue
 MAX_REQUEUE_BACKOFF_S = 30.0
 RETRY_BACKOFF_S = 0.5  # first wait before retrying a failed epoch; doubles per attempt

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from coach.domain.cluster import ClusterSpec
-from coach.lifecycle.job import MAX_REQUEUES
+from coach.domain.jobs import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
 from coach.simulator.grants import check_grants, fit_batch
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, ClusterPolicy, packed_nodes
