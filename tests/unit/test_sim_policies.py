@@ -358,48 +358,56 @@ def test_pollux_tables_shared_by_application_and_epoch_change_no_allocation():
     assert len(shared.tables) < len(progress)  # some jobs did share
 
 
+class _Curve:
+    """Goodput by GPU count (0 past its end)."""
+
+    def __init__(self, goodputs: list[float]):
+        self.goodputs = goodputs
+
+    def epochs_per_s(self, workers: int, servers: int) -> float:
+        return self.goodputs[workers] if workers < len(self.goodputs) else 0.0
+
+
+def _random_curve(rng: random.Random, per_node: int) -> _Curve:
+    """Rising, flat or dipping where a step crosses onto a new node; rounded so that gains sometimes tie."""
+    goodputs, speed, digits = [0.0], 1.0, rng.choice([1, 3, 9])
+    for gpus in range(1, rng.randint(1, 40) + 1):
+        if gpus > 1:
+            speed += rng.choice([0.0, 0.5, 1.0, 1.0, 0.25]) * (0.3 if gpus % per_node == 1 else 1.0)
+        goodputs.append(round(speed, digits))
+    return _Curve(goodputs)
+
+
+def _counts_with(curves: list[_Curve], free: int, sizes) -> dict[str, tuple[int, int]]:
+    from coach.policy.allocation import JobDemand, allocate_counts
+
+    demands = [JobDemand(job=f"j{i}", speed=c, remaining_epochs=1.0, remaining_budget=math.inf,
+                         price_per_slot_s=0.0, max_workers=len(c.goodputs) - 1, max_servers=1)
+               for i, c in enumerate(curves)]
+    return allocate_counts(demands, free, min_gain=0.0, worker_sizes=sizes)
+
+
 def test_coach_hands_allocate_only_the_leading_step_sizes_and_gets_the_same_counts():
     """The coach policy gives allocate, for a job without a budget, only the sizes that beat every smaller one on
     gain per GPU; on random goodput curves (dips at node boundaries, plateaus, equal gains) and random free GPUs,
     allocate then chooses the same counts as with every size."""
-    from coach.policy.allocation import JobDemand, allocate_counts
     from coach.simulator.policies.coach_policy import _Goodputs
     from coach.simulator.policies.pollux import step_sizes
 
     rng = random.Random("leading-sizes")
-
-    class Curve:
-        def __init__(self, goodputs: list[float]):
-            self.goodputs = goodputs
-
-        def epochs_per_s(self, workers: int, servers: int) -> float:
-            return self.goodputs[workers] if workers < len(self.goodputs) else 0.0
-
     for _ in range(300):
-        per_node, jobs = rng.choice([2, 4, 8]), rng.randint(1, 4)
-        curves, tables = [], []
-        for _ in range(jobs):
-            cap = rng.randint(1, 40)
-            goodputs, speed = [0.0], 1.0
-            for gpus in range(1, cap + 1):
-                if gpus > 1:
-                    speed += rng.choice([0.0, 0.5, 1.0, 1.0, 0.25]) * (0.3 if gpus % per_node == 1 else 1.0)
-                goodputs.append(round(speed, rng.choice([1, 3, 9])))
-            curves.append(Curve(goodputs))
-            tables.append(_Goodputs(app=None))  # type: ignore[arg-type]
-        demands = [JobDemand(job=f"j{i}", speed=c, remaining_epochs=1.0, remaining_budget=math.inf,
-                             price_per_slot_s=0.0, max_workers=len(c.goodputs) - 1, max_servers=1)
-                   for i, c in enumerate(curves)]
-        free = 3 * jobs + rng.randint(0, 60)
+        per_node = rng.choice([2, 4, 8])
+        curves = [_random_curve(rng, per_node) for _ in range(rng.randint(1, 4))]
+        tables = [_Goodputs(app=None) for _ in curves]  # type: ignore[arg-type]
+        free = 3 * len(curves) + rng.randint(0, 60)
 
-        def every(name: str, workers: int, limit: int | None) -> list[int]:
+        def every(name: str, workers: int, limit: int | None, per_node: int = per_node) -> list[int]:
             return step_sizes(workers, limit if limit is not None else 64, per_node)
 
-        def leading(name: str, workers: int, limit: int | None) -> list[int]:
-            index = int(name[1:])
-            speed = curves[index]
-            return tables[index].leading_sizes(workers, limit if limit is not None else 64, per_node,
-                                               lambda gpus: speed.epochs_per_s(gpus, 1))
+        def leading(name: str, workers: int, limit: int | None, per_node: int = per_node,
+                    curves: list[_Curve] = curves, tables: list = tables) -> list[int]:
+            curve, table = curves[int(name[1:])], tables[int(name[1:])]
+            return table.leading_sizes(workers, limit if limit is not None else 64, per_node,
+                                       lambda gpus: curve.epochs_per_s(gpus, 1))
 
-        assert (allocate_counts(demands, free, min_gain=0.0, worker_sizes=leading)
-                == allocate_counts(demands, free, min_gain=0.0, worker_sizes=every))
+        assert _counts_with(curves, free, leading) == _counts_with(curves, free, every)
