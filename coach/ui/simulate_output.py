@@ -58,13 +58,14 @@ def expected_left_s(done: int, total: int, elapsed_s: float) -> float | None:
 
 def saying_how_long(on_round: Callable[[float, int], None] | None, what: str,
                     say: Callable[[str], None]) -> Callable[[float, int], None]:
-    """`on_round`, which also says once, ESTIMATE_AFTER_S into the run, how long the rest is expected to take when
-    that is more than LONG_S: so a run of hours is never silent, with or without a progress bar."""
-    state: dict[str, Any] = {"total": None, "started_s": time.monotonic(), "said": False}
+    """`on_round`, which also says once, ESTIMATE_AFTER_S into the rounds, how long the rest is expected to take
+    when that is more than LONG_S: so a run of hours is never silent, with or without a progress bar. The pace is
+    counted from the first round: reading a workload (seconds for the Philly trace) finishes no job."""
+    state: dict[str, Any] = {"total": None, "started_s": None, "said": False}
 
     def each_round(now_s: float, left: int) -> None:
         if state["total"] is None:
-            state["total"] = left
+            state["total"], state["started_s"] = left, time.monotonic()
         elapsed_s = time.monotonic() - state["started_s"]
         if not state["said"] and elapsed_s >= ESTIMATE_AFTER_S:
             state["said"] = True

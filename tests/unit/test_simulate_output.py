@@ -27,6 +27,15 @@ def rounds(monkeypatch, steps: list[tuple[float, int]]) -> tuple[list[str], list
     return said, passed
 
 
+def test_the_pace_is_counted_from_the_first_round_not_from_reading_the_workload(monkeypatch):
+    # 10 s of reading, then 100 of 1,000 jobs in 3 s: 27 s more, not the 117 s the reading would make it look
+    said, _ = rounds(monkeypatch, [(10.0, 1000), (10.0 + ESTIMATE_AFTER_S, 900)])
+    assert said == []
+    said, _ = rounds(monkeypatch, [(10.0, 100_000), (10.0 + ESTIMATE_AFTER_S, 99_900)])
+    assert said == ["coach simulate: 100000 jobs, about 50 min more at this pace (Ctrl-C stops it and writes "
+                    "nothing)"]
+
+
 def test_the_pace_so_far_gives_the_time_left():
     assert expected_left_s(done=250, total=1000, elapsed_s=5.0) == 15.0
     assert expected_left_s(done=0, total=1000, elapsed_s=5.0) is None
