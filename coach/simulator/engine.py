@@ -96,8 +96,9 @@ class Simulator:
         self.price_of = {node.name: node.price_per_slot_s for node in cluster.nodes}
         self.price_per_gpu_s = max(self.price_of.values())
         self.pending = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self.runs = {j.name: JobRun(j, apps[j.app], totals[j.name], (budgets or {}).get(j.name), order=i)
-                     for i, j in enumerate(self.pending)}
+        arrival = {j.name: i for i, j in enumerate(self.pending)}
+        self.runs = {j.name: JobRun(j, apps[j.app], totals[j.name], (budgets or {}).get(j.name), order=arrival[j.name])
+                     for j in jobs}  # in the workload's order, as the results list them
         self.active: dict[str, JobRun] = {}  # arrived, unfinished, in arrival order
         self.waiting: dict[str, JobRun] = {}  # active without a grant (what a non-elastic policy is asked about)
         self.granted: dict[str, JobRun] = {}  # active with a grant (running, or waiting for the scheduler)

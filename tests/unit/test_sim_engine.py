@@ -331,3 +331,11 @@ def test_the_gang_profile_spreads_where_gang_pack_packs():
     spread.submit("a", 4)
     spread.schedule(0.0)
     assert len(spread.nodes_of("a")) > 1  # JobIsolation rates an empty node and the job's own alike
+
+
+def test_results_list_jobs_as_the_workload_gives_them_whatever_their_arrival_order():
+    """The engine orders the jobs by arrival for its rounds; the outcome keeps the workload's order."""
+    late, early = SimJob("late", 60.0, "linear", 4, 128), SimJob("early", 0.0, "linear", 4, 128)
+    outcome = run([late, early], {"late": 60_000.0, "early": 60_000.0}, cluster(2, 4), EveryRound())
+    assert [r.name for r in outcome.jobs] == ["late", "early"]
+    assert [(r.started_s, r.stop_reason) for r in outcome.jobs] == [(60.0, "completed"), (0.0, "completed")]
