@@ -111,8 +111,8 @@ class Coach:
     least_attained_first: bool = True  # candidates by attained GPU time (False: arrival order, the thesis's)
     node_steps: bool = True  # a step may add several GPUs, as Pollux's (False: one GPU at a time, the thesis's)
     elastic: bool = True
-    # (id(app), stage, GPUs per node) -> (the app, GPUs -> (batch, goodput)): the last round's, for the next (the
-    # app is held so that its id stays unique); a queue of jobs of one application shares one
+    # (id(app), stage, GPUs per node) -> its goodputs and leading step sizes: the last round's, for the next; a
+    # queue of jobs of one application shares one
     goodputs: dict[tuple[int, float, int], _Goodputs] = field(default_factory=dict)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
