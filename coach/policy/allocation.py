@@ -70,7 +70,7 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from coach.domain.identity import slots_for
 from coach.estimates.cost import cost_from_speed
@@ -319,25 +319,15 @@ class _Allocator:
     def _first_allowed(self, index: int, one: _Step, useful: list[tuple[float, int]], limit: int | None,
                        now: float) -> _Step:
         """Among useful (gain per slot, workers after) sizes, most gain per slot first (equal to 9 decimals: the
-        smaller size first), the first allowed one, else the first. Only the sizes that tie with the most gain are
-        weighed in full (cost, constraints) unless none of them is allowed: that is nearly always enough."""
+        smaller size first), the first allowed one, else the first. Sizes are weighed in full (cost, constraints)
+        in that order until one is allowed: nearly always the first."""
         workers, servers = self.counts[index]
-        top = max(gain for gain, _ in useful)
-        rounded_top = round(top, 9)
-        # two gains 2e-9 apart cannot round to the same 9 decimals
-        leading = sorted(target for gain, target in useful if gain >= top - 2e-9 and round(gain, 9) == rounded_top)
         first = None
-        for target in leading:
+        for target in _by_gain(useful):
             step = one if target == workers + 1 else self._step(index, WORKER, (target, servers), limit, now)
             if step.excluded_by is None:
                 return step
             first = step if first is None else first
-        rest = sorted(((round(gain, 9), -target) for gain, target in useful if target not in leading), reverse=True)
-        for _, negative in rest:
-            target = -negative
-            step = one if target == workers + 1 else self._step(index, WORKER, (target, servers), limit, now)
-            if step.excluded_by is None:
-                return step
         assert first is not None
         return first
 
@@ -573,6 +563,19 @@ def _more_useful(candidates: Sequence[_Step]) -> _Step | None:
 def _worth(step: _Step, min_gain: float) -> bool:
     """A step worth taking: it speeds the job up, by at least min_gain."""
     return step.utility > 0 and step.gain >= min_gain
+
+
+def _by_gain(useful: list[tuple[float, int]]) -> Iterator[int]:
+    """The sizes of (gain per slot, size) pairs, most gain first (equal to 9 decimals: the smaller size first).
+    Only the gains that tie with the top one are rounded and sorted before the first size is given: the rest only
+    if it is asked for."""
+    top = max(gain for gain, _ in useful)
+    rounded_top = round(top, 9)
+    # two gains 2e-9 apart cannot round to the same 9 decimals
+    leading = sorted(size for gain, size in useful if gain >= top - 2e-9 and round(gain, 9) == rounded_top)
+    yield from leading
+    rest = sorted(((round(gain, 9), -size) for gain, size in useful if size not in leading), reverse=True)
+    yield from (-negative for _, negative in rest)
 
 
 class _StepQueue:
