@@ -5,8 +5,8 @@ Each round it looks at the window (cluster_round.Round) and repeatedly takes the
 one more GPU for one job or STOP, until it stops or no GPU is free. Every job given GPUs runs at the user's batch
 size fitted to them (DL2 does not tune batch sizes). Greedy and numpy-only at decision time: deterministic.
 
-`dl2(seed)` and `dl2_imitation(seed)` are the factories coach.simulator.policies registers; they import MXNet only
-when called, so that listing the policies stays cheap.
+`dl2(seed)` and `dl2_imitation(seed)` are the factories coach.simulator.policies registers; they read the model
+file without MXNet (coach.dl2.params_file), so that a simulation under them starts as fast as under any other.
 """
 
 from __future__ import annotations
@@ -18,23 +18,57 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from coach.dl2 import CLUSTER_MODEL, CLUSTER_IMITATION_MODEL, ModelFileError
-from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
+from coach.dl2.cluster_round import GPU_SHAPE, WINDOW, Round, SpeedCache
 from coach.simulator.grants import requested_grant
 from coach.simulator.view import ClusterSnapshot, Grant
 
 if TYPE_CHECKING:
-    from coach.dl2.network import NumpyNet
+    from coach.dl2.numpy_net import NumpyNet
 
 
 def decide(net: NumpyNet, round_: Round) -> np.ndarray:
-    """GPUs per window job after greedy decisions until STOP or a full cluster."""
-    given = np.zeros(len(round_.jobs), dtype=np.int64)
-    while round_.free(given) > 0:
-        observation = round_.observe(given)
-        action = net.greedy(observation)
-        if action == observation.stop:
+    """GPUs per window job after greedy decisions until STOP or a full cluster: the actions `net.greedy` takes on
+    `round_.observe(given)` one decision after another, worked out as one job's row changes at a time.
+
+    A decision changes one job's features and the free GPUs (a global feature), so each job's first-layer input
+    without the globals is kept and only the chosen job's is computed again; the free GPUs enter through their
+    own column of the weights."""
+    n = len(round_.jobs)
+    given = np.zeros(n, dtype=np.int64)
+    free = round_.free(given)
+    if n == 0 or free <= 0:
+        return given
+    start = round_.observe(given)
+    hidden = len(net.job_b)
+    globs = start.globals.astype(np.float64)
+    inputs = start.jobs.astype(np.float64) @ net.job_w.T  # (n, hidden): each job's row through the first layer
+    # what the globals add for every count of free GPUs: the free share as the observation holds it (float32)
+    shares = (np.arange(free + 1) / max(round_.total, 1)).astype(np.float32).astype(np.float64)[:, None]
+    shift = net.glob_w[:, 1:] @ globs[1:] + net.job_b + net.glob_w[:, 0] * shares
+    head_shift = net.head_w[:, 2 * hidden + 1:] @ globs[1:] + net.head_b + net.head_w[:, 2 * hidden] * shares
+    head_pool, score_w, score_b = net.head_w[:, :2 * hidden], net.score_w[0], net.score_b[0]
+    blocked = np.where(given >= round_.caps, -np.inf, 0.0)  # a job at its limit may not be chosen
+    h, pooled = np.empty_like(inputs), np.empty(2 * hidden)  # reused: this loop runs once per GPU handed out
+    while free > 0:
+        np.add(inputs, shift[free], out=h)
+        np.maximum(h, 0.0, out=h)
+        np.add.reduce(h, axis=0, out=pooled[:hidden])
+        pooled[:hidden] /= n
+        np.maximum.reduce(h, axis=0, out=pooled[hidden:])
+        z = head_pool @ pooled
+        z += head_shift[free]
+        stop = np.maximum(z, 0.0, out=z) @ net.stop_w + net.stop_b[0]
+        scores = h @ score_w
+        scores += score_b
+        scores += blocked
+        best = int(scores.argmax())
+        if not scores[best] >= stop:  # STOP is the last action: it wins only when strictly more likely
             break
-        given[action] += 1
+        given[best] += 1
+        free -= 1
+        if given[best] >= round_.caps[best]:
+            blocked[best] = -np.inf
+        inputs[best] = net.job_w @ round_.job_row(best, int(given[best])).astype(np.float64)
     return given
 
 
@@ -56,10 +90,10 @@ class Dl2ClusterPolicy:
 
 def load_policy(model: Path, window: int = WINDOW) -> Dl2ClusterPolicy:
     """The policy of the model file at `model`; ModelFileError (one line naming the file) if it is missing or
-    does not fit."""
-    from coach.dl2.network import NumpyNet, load_network
+    does not fit. Reads the file without MXNet."""
+    from coach.dl2.numpy_net import load_numpy_net
 
-    return Dl2ClusterPolicy(NumpyNet.of(load_network(model)), window)
+    return Dl2ClusterPolicy(load_numpy_net(model, GPU_SHAPE), window)
 
 
 def dl2(seed: int, model: Path = CLUSTER_MODEL) -> Dl2ClusterPolicy:

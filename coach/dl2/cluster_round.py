@@ -52,6 +52,13 @@ def _clip(value: float) -> float:
     return max(-_CAP, min(_CAP, value))
 
 
+def _gain(before_s: float, after_s: float) -> float:
+    """The remaining time one more GPU saves: inf from no GPUs to some, -inf if it would stop the job."""
+    if math.isinf(before_s):
+        return math.inf if math.isfinite(after_s) else 0.0
+    return before_s - after_s if math.isfinite(after_s) else -math.inf
+
+
 class Round:
     """One scheduling round's window and everything about it that the GPUs given so far do not change."""
 
@@ -101,16 +108,16 @@ class Round:
         """Job i's remaining progress over its goodput on `gpus` GPUs at its own batch (inf for 0 GPUs)."""
         if gpus <= 0:
             return math.inf
-        key = (i, gpus)
-        if key not in self._remaining:
+        remaining = self._remaining.get((i, gpus))
+        if remaining is None:
             job = self.jobs[i]
             batch = fit_batch(job.app, gpus, job.requested_batch)
-            if (i, batch) not in self._efficiency:
-                self._efficiency[i, batch] = float(job.app.efficiency(batch, job.progress))
-            speed = self._throughput(job.app, gpus, packed_nodes(gpus, self.per_node), batch)
-            speed *= self._efficiency[i, batch]
-            self._remaining[key] = job.remaining_progress / speed if speed > 0 else math.inf
-        return self._remaining[key]
+            efficiency = self._efficiency.get((i, batch))
+            if efficiency is None:
+                efficiency = self._efficiency[i, batch] = float(job.app.efficiency(batch, job.progress))
+            speed = self._throughput(job.app, gpus, packed_nodes(gpus, self.per_node), batch) * efficiency
+            remaining = self._remaining[i, gpus] = job.remaining_progress / speed if speed > 0 else math.inf
+        return remaining
 
     def _throughput(self, app: AppModel, gpus: int, nodes: int, batch: int) -> float:
         key = (id(app), gpus, nodes, batch)
@@ -120,18 +127,15 @@ class Round:
 
     def gain_s(self, i: int, gpus: int) -> float:
         """Seconds of estimated remaining time one more GPU saves job i holding `gpus` (inf from 0 GPUs)."""
-        before, after = self.remaining_s(i, gpus), self.remaining_s(i, gpus + 1)
-        if math.isinf(before):
-            return math.inf if math.isfinite(after) else 0.0
-        return before - after if math.isfinite(after) else -math.inf
+        return _gain(self.remaining_s(i, gpus), self.remaining_s(i, gpus + 1))
 
     def _gain_features(self, i: int, gpus: int) -> tuple[float, float]:
         if gpus >= self.caps[i]:
             return 0.0, 0.0
-        gain = self.gain_s(i, gpus)
+        before = self.remaining_s(i, gpus)
+        gain = _gain(before, self.remaining_s(i, gpus + 1))
         if math.isinf(gain):
             return (_CAP, 1.0) if gain > 0 else (-_CAP, -1.0)
-        before = self.remaining_s(i, gpus)
         relative = gain / before if before > 0 else 0.0
         return _clip(math.copysign(math.log1p(abs(gain) / 60.0), gain) / 4), _clip(relative)
 
@@ -159,6 +163,16 @@ class Round:
         jobs = np.concatenate([self.static, dynamic], axis=1)
         globals_ = np.array((free / total, *self.globals_base), dtype=np.float32)
         return Observation(jobs, globals_, self.mask(given))
+
+    def job_row(self, i: int, gpus: int) -> np.ndarray:
+        """Window job i's row of `observe` once it has been given `gpus` GPUs this round (its other rows do not
+        depend on job i's GPUs): for a policy that follows one job's change at a time."""
+        requested = max(int(self.requested[i]), 1)
+        current = int(self.current[i])
+        dynamic = np.array([gpus / max(self.total, 1), np.log1p(np.float64(gpus)) / 4,
+                            min(gpus / requested, 2.0) / 2, gpus >= requested, gpus == 0, gpus == current,
+                            gpus < current, *self._gain_features(i, gpus)], dtype=np.float32)
+        return np.concatenate([self.static[i], dynamic])
 
     def mask(self, given: np.ndarray) -> np.ndarray:
         """1 for every legal action (STOP last, always legal): a job below its limit while a GPU is free."""

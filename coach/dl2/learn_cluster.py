@@ -40,7 +40,8 @@ from coach.dl2.imitation import (
     order_for,
     targets_of,
 )
-from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
+from coach.dl2.numpy_net import NumpyNet
 from coach.dl2.observation import Observation
 from coach.dl2.training import (
     CHECKPOINT_VERSION,
@@ -299,7 +300,7 @@ def teacher_decisions(settings: TrainSettings, scenarios: Sequence[Scenario]) ->
 
 def agreement(net: ActorCritic, decisions: Decisions) -> Agreement:
     """Teacher-forced action agreement and whole-round (greedy rollout) agreement on `decisions`."""
-    fast = NumpyNet.of(net)
+    fast = numpy_net(net)
     same_gpus = larger = exact = 0
     for round_, targets in decisions.rounds:
         given = decide(fast, round_)
@@ -334,7 +335,7 @@ def evaluation_scenarios(settings: TrainSettings, scenarios: Sequence[Scenario])
 
 def greedy_reward(net: ActorCritic, settings: TrainSettings, scenarios: Sequence[Scenario]) -> float:
     """Mean reward per episode of the greedy policy (the sum of its rounds' rewards within the horizon)."""
-    fast = NumpyNet.of(net)
+    fast = numpy_net(net)
     totals = [sum(simulate_watched(s, _Sampler(fast, None, settings.window, settings.horizon_rounds),
                                    settings).rewards) for s in scenarios]
     return float(np.mean(totals)) if totals else math.nan
@@ -345,7 +346,7 @@ def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: TrainSettings
     """One sampled episode and one actor-critic pass over its decisions; the episode's total reward."""
     rng = np.random.default_rng([settings.seed, 3, episode])
     scenario = episode_scenario(settings, scenarios, rng)
-    sampler = simulate_watched(scenario, _Sampler(NumpyNet.of(net), rng, settings.window, settings.horizon_rounds),
+    sampler = simulate_watched(scenario, _Sampler(numpy_net(net), rng, settings.window, settings.horizon_rounds),
                                settings)
     assert isinstance(sampler, _Sampler)
     if sampler.steps:

@@ -35,7 +35,8 @@ from threadpoolctl import threadpool_limits
 
 from coach.app.virtual_run import START_S, run_virtual
 from coach.dl2 import imitation_model
-from coach.dl2.network import HIDDEN, ActorCritic, NumpyNet, new_network
+from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
+from coach.dl2.numpy_net import NumpyNet
 from coach.dl2.observation import Observation
 from coach.dl2.run_policy import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
 from coach.dl2.run_round import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
@@ -303,7 +304,7 @@ def rounds_same(net: ActorCritic, data: Decisions) -> float | None:
     """Share of rounds in which the greedy network gives every job the counts the teacher's steps reach."""
     if not data.rounds:
         return None
-    fast, same = NumpyNet.of(net), 0
+    fast, same = numpy_net(net), 0
     for round_, targets in data.rounds:
         reached = round_.start()
         for _, action in teacher_steps(round_, targets):
@@ -321,7 +322,7 @@ def rounds_same(net: ActorCritic, data: Decisions) -> float | None:
 def rl_episode(net: ActorCritic, trainer: gluon.Trainer, settings: CountsTrainSettings, number: int) -> float:
     rng = np.random.default_rng([settings.seed, 3, number])
     ep = episode(settings, np.random.default_rng([settings.seed, 11, number]))
-    sampler = _Sampling(NumpyNet.of(net), rng)
+    sampler = _Sampling(numpy_net(net), rng)
     summary = run_episode(ep, sampler)
     returns = sampler.rounds.returns(_end_s(summary), settings)
     if sampler.steps:  # every step's round is marked: a round is chosen only when jobs ask
@@ -422,7 +423,7 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
             state["held_out_rounds_same"] = rounds_same(net, held_set)
         save_network(net, imitation_model(out))
         state["evaluation"]["teacher"] = evaluate(_Teaching, settings, evaluation)
-        fast = NumpyNet.of(net)
+        fast = numpy_net(net)
         state["evaluation"]["imitation"] = evaluate(lambda: _Sampling(fast, None), settings, evaluation)
         state["phase"], state["done"] = "rl", 0
         save_checkpoint(folder, net, trainer, state)
@@ -440,7 +441,7 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
         state["done"] = number + 1
         on_progress("rl", number + 1, settings.rl_episodes, {"reward": reward})
         if (number + 1) % settings.select_every == 0 or number + 1 == settings.rl_episodes:
-            fast = NumpyNet.of(net)
+            fast = numpy_net(net)
             figures = evaluate(lambda fast=fast: _Sampling(fast, None), settings, evaluation)
             state["selection"] = [*state.get("selection", []), {"episodes": number + 1, **figures}]
             if figures["jct_s"] < state["best"]["jct_s"]:

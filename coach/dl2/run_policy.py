@@ -21,6 +21,7 @@ from coach.domain.jobs import JobSpec
 from coach.estimates.speed_forms import fit_chosen
 from coach.policy.run_policy import RunClusterView, CoachPolicy, Counts, Decision, RunJobView, Wait
 from coach.dl2 import RUN_MODEL, ModelFileError
+from coach.dl2.numpy_net import load_numpy_net
 from coach.dl2.run_round import (
     COUNTS_SHAPE,
     COUNTS_WINDOW,
@@ -35,14 +36,12 @@ from coach.dl2.run_round import (
 
 def load_counts(model: Path = RUN_MODEL) -> Greedy:
     """The fast (numpy) network of a counts model file; ModelFileError (one line naming the file) when it is
-    missing or does not fit. Imports MXNet (to read the file) only when called."""
-    from coach.dl2.network import NumpyNet, load_network
-
+    missing or does not fit."""
     model = Path(model)
     if not model.is_file():
         raise ModelFileError(f"{model}: no DL2 model file here; train one with `coach train-policy --level run "
                              f"--imitate coach --out {model}`")
-    return NumpyNet.of(load_network(model, COUNTS_SHAPE))
+    return load_numpy_net(model, COUNTS_SHAPE)
 
 
 @dataclass

@@ -19,7 +19,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-from coach.dl2.network import MAX_MODEL_BYTES, ActorCritic
+from coach.dl2.network import ActorCritic
+from coach.dl2.params_file import MAX_MODEL_BYTES
 from coach.dl2.observation import Observation, pad, padded_action
 from coach.inputs.limits import (MAX_STATE_BYTES, FileTooLarge, NotRegularFile, file_problem, open_regular,
                                   read_capped)

@@ -141,12 +141,13 @@ def test_a_budget_factor_caps_every_jobs_spending(tmp_path, capsys):
     assert summary["stats"]["completed"] > 0
 
 
-def test_simulate_imports_no_mxnet_unless_a_learned_policy_asks(tmp_path):
+def test_simulate_imports_no_mxnet_even_for_the_learned_policy(tmp_path):
+    """dl2 reads its model file without MXNet (coach.dl2.params_file): its start-up costs what any policy's does."""
     import subprocess
     import sys
 
     code = ("import sys; from coach.ui.cli import main; "
-            f"assert main(['simulate', {str(HALF_LOAD)!r}, '--policy', 'tiresias,pollux', '--results', "
+            f"assert main(['simulate', {str(HALF_LOAD)!r}, '--policy', 'tiresias,pollux,dl2', '--results', "
             f"{str(tmp_path)!r}, '--quiet']) == 0; "
             "print('mxnet' in sys.modules, 'matplotlib' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

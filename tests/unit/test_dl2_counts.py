@@ -26,7 +26,7 @@ from coach.dl2.run_round import (
     teacher_steps,
 )
 from coach.dl2.observation import pad, padded_action
-from coach.dl2.network import NumpyNet, new_network
+from coach.dl2.network import new_network, numpy_net
 
 PRICE = 0.0001
 
@@ -95,13 +95,13 @@ def test_the_network_scores_three_kinds_per_job_and_masked_actions_have_no_proba
     assert logits.shape == (1, 2 * KINDS + 1) and values.shape == (1,)
     probabilities = mx.nd.softmax(logits, axis=1).asnumpy()[0]
     assert (probabilities[observation.mask == 0] == 0).all() and probabilities.sum() == pytest.approx(1.0)
-    mine, value = NumpyNet.of(net).forward(observation)
+    mine, value = numpy_net(net).forward(observation)
     assert np.allclose(logits.asnumpy()[0], mine, atol=1e-4) and value == pytest.approx(values.asscalar(), abs=1e-4)
 
 
 def test_greedy_counts_stay_within_every_limit():
     round_ = CountsRound([job("a", 3, 2), job("b", 2, 1), job("c", 5, 3)], 11, 12, PRICE)
-    given, actions = greedy_counts(NumpyNet.of(new_network(seed=5, shape=COUNTS_SHAPE)), round_)
+    given, actions = greedy_counts(numpy_net(new_network(seed=5, shape=COUNTS_SHAPE)), round_)
     assert round_.free(given) >= 0
     for (w, s), j in zip(given.tolist(), round_.jobs):
         assert (w == 0) == (s == 0) and w <= j.max_workers and s <= j.max_servers

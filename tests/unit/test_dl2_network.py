@@ -17,7 +17,10 @@ from coach.dl2 import CLUSTER_MODEL
 from coach.dl2.cluster_round import GLOBAL_FEATURES, JOB_FEATURES, Round
 from coach.dl2.observation import pad, padded_action
 from coach.dl2.imitation import expert_steps, next_action, targets_of
-from coach.dl2.network import ModelFileError, NumpyNet, load_network, new_network
+from coach.dl2 import ModelFileError
+from coach.dl2.cluster_round import GPU_SHAPE
+from coach.dl2.network import new_network, numpy_net
+from coach.dl2.numpy_net import load_numpy_net
 from coach.dl2.cluster_policy import Dl2ClusterPolicy, decide, dl2
 from coach.simulator.policies.drf import drf
 from coach.simulator.policies.optimus import optimus
@@ -104,7 +107,7 @@ def test_network_output_shapes_and_masked_actions_have_no_probability():
 
 def test_numpy_forward_is_the_gluon_forward():
     net = new_network(seed=2)
-    fast = NumpyNet.of(net)
+    fast = numpy_net(net)
     round_ = Round(THREE)
     for given in ([0, 0, 0], [1, 1, 0], [2, 0, 1]):
         observation = round_.observe(np.array(given))
@@ -123,12 +126,12 @@ def test_padding_does_not_change_a_job_s_scores():
     wider = Round(snap(*THREE.jobs, job("d", arrival_s=500.0), nodes=(4, 2))).observe(np.zeros(4, dtype=int))
     jobs, globs, present, mask = pad([alone, wider])
     logits, _ = net(mx.nd.array(jobs), mx.nd.array(globs), mx.nd.array(present), mx.nd.array(mask))
-    mine, _ = NumpyNet.of(net).forward(alone)
+    mine, _ = numpy_net(net).forward(alone)
     assert np.allclose(logits.asnumpy()[0][[0, 1, 2, 4]], mine, atol=1e-4)
 
 
 def test_policy_grants_keep_the_contract_and_are_deterministic():
-    policy = Dl2ClusterPolicy(NumpyNet.of(new_network(seed=4)))
+    policy = Dl2ClusterPolicy(numpy_net(new_network(seed=4)))
     for snapshot in (THREE, snap(), snap(*(job(f"j{i}", arrival_s=i, asked=3) for i in range(9)), nodes=(4, 4))):
         grants = policy.allocate(snapshot)
         check_grants(snapshot, grants)
@@ -137,7 +140,7 @@ def test_policy_grants_keep_the_contract_and_are_deterministic():
 
 def test_greedy_decisions_stop_at_a_full_cluster_or_at_stop():
     round_ = Round(THREE)
-    given = decide(NumpyNet.of(new_network(seed=5)), round_)
+    given = decide(numpy_net(new_network(seed=5)), round_)
     assert (given <= round_.caps).all() and given.sum() <= round_.total
 
 
@@ -176,14 +179,14 @@ def test_missing_or_foreign_model_file_is_one_clear_error(tmp_path):
     other = tmp_path / "other.params"
     mx.nd.save(str(other), {"something.weight": mx.nd.zeros((2, 2))})
     with pytest.raises(ValueError, match="other.params: not a DL2 model"):
-        load_network(other)
+        load_numpy_net(other, GPU_SHAPE)
 
 
 def test_saved_network_loads_back_as_the_same_policy(tmp_path):
     net = new_network(seed=6)
     path = tmp_path / "m.params"
     net.save_parameters(str(path))
-    assert dl2(0, path).allocate(THREE) == Dl2ClusterPolicy(NumpyNet.of(net)).allocate(THREE)
+    assert dl2(0, path).allocate(THREE) == Dl2ClusterPolicy(numpy_net(net)).allocate(THREE)
 
 
 def test_dl2_and_its_imitation_only_twin_are_registered_with_the_shipped_models():

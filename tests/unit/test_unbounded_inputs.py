@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from coach.dl2.network import MAX_MODEL_BYTES
+from coach.dl2.params_file import MAX_MODEL_BYTES
 from coach.inputs.limits import (MAX_LOG_BYTES, MAX_LOG_LINE_BYTES, MAX_RUN_JSON_BYTES, MAX_STATE_BYTES,
                                  capped_lines, read_capped)
 from coach.simulator.workloads import MAX_WORKLOAD_BYTES
