@@ -21,6 +21,11 @@ def test_a_dynamic_lenet_job_calibrates_then_chooses_its_own_counts(tmp_path, ma
     report = run_jobs([job], DEFAULT_CLUSTER, tmp_path / "results", view="quiet")
 
     records = read_log(report.run_dir / f"{job.name}.jsonl")
+    # On two loaded cores an MXNet child sometimes aborts as it starts (ps-lite, exit -6); the job retries that step
+    # as designed. This test is about calibration and choice, so one retried step is allowed, nothing more.
+    retries = [r for r in records if r["phase"] == "retry"]
+    assert len(retries) <= 1, retries
+    records = [r for r in records if r["phase"] != "retry"]
     calibration = [r for r in records if r["phase"] == "calibration"]
     training = [r for r in records if r["phase"] == "training"]
     # five mini-epochs, varying workers and servers independently, then a third worker; the first on a quarter of
