@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from coach.domain.cluster import ClusterSpec
 from coach.domain.jobs import MAX_REQUEUES
 from coach.simulator.placement import ReplicaPlacement
-from coach.simulator.grants import check_grants, fit_batch
+from coach.simulator.grants import GrantChecker, fit_batch
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, ClusterPolicy, packed_nodes
 from coach.simulator.workloads import SimJob
 
@@ -107,6 +107,7 @@ class Simulator:
         # job without GPUs makes no progress and spends nothing), so only theirs are built again each round
         self.views: dict[str, ClusterJobView] = {}
         self.partial: dict[str, JobRun] = {}  # partly placed jobs
+        self.checker = GrantChecker()
         self.stuck = False  # the scheduler reported a deadlock in the last round
         self.finishing: list[tuple[float, str]] = []  # (finish time, job) of running jobs; stale entries skipped
         self.training_gpus = 0  # GPUs of running jobs
@@ -307,7 +308,7 @@ class Simulator:
                                        tuple(views[name] for name in asked))
             candidates = ()
         grants = self.policy.allocate(snapshot)
-        check_grants(snapshot, grants, queued=not self.policy.elastic)  # a policy's bug stops here, named
+        self.checker.check(snapshot, grants, queued=not self.policy.elastic)  # a policy's bug stops here, named
         # only a job granted now or before can change, in arrival order
         changed = sorted((asked[name] for name in grants.keys() | candidates if name in asked), key=_arrival_order)
         for run in changed:

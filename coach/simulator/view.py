@@ -8,7 +8,7 @@ The run level (the workers and servers of a `coach run`) has its own: coach.poli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping, NamedTuple, Protocol
 
 
 def packed_nodes(gpus: int, gpus_per_node: int) -> int:
@@ -39,9 +39,10 @@ class AppModel(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class ClusterJobView:
-    """One active (arrived, unfinished) job, as a policy sees it."""
+class ClusterJobView(NamedTuple):
+    """One active (arrived, unfinished) job, as a policy sees it. A named tuple: the engine makes one per running
+    job every round (millions over the Philly trace), and a tuple is made in a fraction of a frozen dataclass's
+    time; it is as immutable."""
 
     name: str
     arrival_s: float  # simulated seconds since the start of the workload
@@ -86,8 +87,9 @@ class ClusterSnapshot:
         return max(self.node_gpus, default=0)
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(NamedTuple):
+    """What a policy gives a job for the round (a named tuple, as the views: policies make one per job per round)."""
+
     gpus: int  # >= 1
     batch: int  # total batch size, >= gpus
 

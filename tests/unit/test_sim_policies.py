@@ -9,12 +9,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 
 from coach.simulator.policies import CLUSTER_POLICIES
-from coach.simulator.grants import batch_bounds, check_grants, fit_batch, memory_bounds
+from coach.simulator.grants import GrantChecker, batch_bounds, check_grants, fit_batch, memory_bounds
 from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp
 from coach.simulator.policies.coach_policy import Coach
 from coach.simulator.policies.pollux import Pollux
@@ -122,7 +122,7 @@ def test_elastic_fifo_starts_a_job_smaller_than_asked_and_grows_it_back():
     grants = policy.allocate(snap(first, second))
     assert grants["a"] == Grant(2, 64)
     assert grants["b"] == Grant(2, 512)  # the user's batch, 256 per GPU: accumulated over two 128-micro-batches
-    assert policy.allocate(snap(replace(second, gpus=2))) == {"b": Grant(4, 512)}
+    assert policy.allocate(snap(second._replace(gpus=2))) == {"b": Grant(4, 512)}
 
 
 def test_drf_fills_progressively_to_max_min_fair_shares_capped_at_requests():
@@ -141,12 +141,12 @@ def test_tiresias_demotes_jobs_past_the_threshold_and_serves_the_lower_queue_fir
     old = job("old", gpus_asked=4, attained=3600 * 16 + 1, gpus=4)  # over 16 GPU-hours: demoted to queue 1
     new = job("new", arrival_s=10, gpus_asked=4)
     assert gpus_of(policy.allocate(snap(old, new))) == {"new": 4}  # preempted by the job with less service
-    below = replace(old, attained_gpu_s=3600 * 16 - 1)  # still in queue 0: FIFO within the queue
+    below = old._replace(attained_gpu_s=3600 * 16 - 1)  # still in queue 0: FIFO within the queue
     assert gpus_of(policy.allocate(snap(below, new))) == {"old": 4}
     # a job that does not fit is skipped for a smaller one behind it
     small = job("small", arrival_s=20, gpus_asked=2, attained=3600 * 16 + 5)
-    assert gpus_of(policy.allocate(snap(replace(new, requested_gpus=3), small, old))) == {"new": 3}
-    assert gpus_of(policy.allocate(snap(replace(new, requested_gpus=2), small, old))) == {"new": 2, "small": 2}
+    assert gpus_of(policy.allocate(snap(new._replace(requested_gpus=3), small, old))) == {"new": 3}
+    assert gpus_of(policy.allocate(snap(new._replace(requested_gpus=2), small, old))) == {"new": 2, "small": 2}
 
 
 def test_tiresias_starvation_guard_promotes_a_job_that_waited_its_run_time():
@@ -154,8 +154,8 @@ def test_tiresias_starvation_guard_promotes_a_job_that_waited_its_run_time():
     hog = job("hog", gpus_asked=4, attained=200.0, gpus=4)  # queue 1, ran one round (60 s)
     fresh = job("fresh", arrival_s=1, gpus_asked=4)
     assert gpus_of(policy.allocate(snap(hog, fresh))) == {"fresh": 4}
-    waiting = replace(hog, gpus=0, batch=0)
-    running = replace(fresh, gpus=4, attained_gpu_s=50.0)
+    waiting = hog._replace(gpus=0, batch=0)
+    running = fresh._replace(gpus=4, attained_gpu_s=50.0)
     assert gpus_of(policy.allocate(snap(waiting, running))) == {"hog": 4}  # waited 60 s >= 1 x 60 s: promoted
     assert policy.queue_of("hog", 200.0) == 0
     assert Tiresias(thresholds_gpu_s=(100.0,)).allocate(snap(waiting, running)).keys() == {"fresh"}
@@ -289,6 +289,20 @@ def test_check_grants_names_the_broken_rule():
         check_grants(snapshot, {"a": Grant(1, 16)})
     with pytest.raises(ValueError, match="unknown job 'z'"):
         check_grants(snapshot, {"z": Grant(1, 64)})
+
+
+def test_the_engine_s_checker_remembers_passed_grants_but_not_past_a_job_or_the_cluster():
+    checker = GrantChecker()
+    both = snap(job("a", max_gpus=2), job("b"))
+    checker.check(both, {"a": Grant(2, 64), "b": Grant(1, 64)})
+    checker.check(both, {"a": Grant(2, 64), "b": Grant(2, 64)})  # the same and a new legal grant pass
+    with pytest.raises(ValueError, match=r"job 'a': gpus 3 outside \[1, 2\]"):
+        checker.check(both, {"a": Grant(3, 96)})  # a changed grant is checked in full
+    with pytest.raises(ValueError, match="grants total 6 GPUs > 4"):
+        checker.check(both, {"a": Grant(2, 64), "b": Grant(4, 64)})
+    checker.check(both, {"a": Grant(2, 64), "b": Grant(4, 64)}, queued=True)  # requests may exceed the cluster
+    with pytest.raises(ValueError, match="unknown job 'a'"):
+        checker.check(snap(job("b")), {"a": Grant(2, 64)})  # passed before, but the job has left
 
 
 @dataclass(frozen=True)
