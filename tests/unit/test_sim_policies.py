@@ -11,11 +11,12 @@ import math
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.grants import GrantChecker, batch_bounds, check_grants, fit_batch, memory_bounds
-from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp
+from coach.simulator.policies.elastic_batch_dp import ElasticBatchDp, solve
 from coach.simulator.policies.coach_policy import Coach
 from coach.simulator.policies.pollux import Pollux
 from coach.simulator.policies.tiresias import Tiresias
@@ -214,6 +215,20 @@ def test_elastic_batch_dp_matches_brute_force_and_picks_the_fastest_batch():
     for j, count in enumerate(chosen):
         if count and apps[j].half_local:  # larger local batches run faster: each runs at its largest batch
             assert grants[jobs[j].name].batch == memory_bounds(apps[j], count)[1]
+
+
+def test_the_dynamic_program_finds_the_best_counts_and_prefers_fewer_gpus_on_ties():
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        caps = rng.integers(1, 5, size=int(rng.integers(1, 4)))
+        total = int(rng.integers(1, 9))
+        values = [np.concatenate([[0.0], np.round(np.cumsum(rng.random(cap)), 1)]) for cap in caps]
+        counts = solve(values, total)
+        feasible = [c for c in itertools.product(*(range(cap + 1) for cap in caps)) if sum(c) <= total]
+        best = max(sum(v[k] for v, k in zip(values, c)) for c in feasible)
+        assert sum(counts) <= total and sum(v[k] for v, k in zip(values, counts)) == pytest.approx(best), trial
+        # within a job, more GPUs only where they add value: each count's value beats every smaller count's
+        assert all(v[k] > max(v[:k]) for v, k in zip(values, counts) if k > 0), trial
 
 
 def test_coach_grows_until_the_next_gpu_gains_less_than_min_gain():

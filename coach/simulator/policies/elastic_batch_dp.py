@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from coach.simulator.grants import gpu_cap, memory_bounds
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, packed_nodes
@@ -41,14 +42,16 @@ def solve(values: list[np.ndarray], total: int) -> list[int]:
     """GPU counts maximising sum(values[j][k_j]) subject to sum(k_j) <= total; values[j][0] must be 0."""
     best = np.zeros(total + 1)
     choices = []
+    rows = np.arange(total + 1)
     for value in values:
         kmax = min(len(value) - 1, total)
         padded = np.concatenate([np.full(kmax, -np.inf), best])
-        index = np.arange(total + 1)[:, None] - np.arange(kmax + 1)[None, :] + kmax
-        table = padded[index] + value[None, :kmax + 1]
+        # table[t, k] = best[t - k] + value[k] (-inf where k > t): a reversed sliding window over the padded
+        # best, a view rather than a gather (the Philly trace solves this with thousands of jobs queued)
+        table = sliding_window_view(padded, kmax + 1)[:, ::-1] + value[:kmax + 1]
         choice = table.argmax(axis=1)
         choices.append(choice)
-        best = table[np.arange(total + 1), choice]
+        best = table[rows, choice]
     counts, left = [], total
     for choice in reversed(choices):
         counts.append(int(choice[left]))
