@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from coach.dl2 import ModelFileError
-from coach.inputs.limits import FileTooLarge, NotRegularFile, open_regular
+from coach.inputs.limits import FileTooLarge, NotRegularFile, read_capped
 
 #: Largest DL2 model file read, in bytes (a network of 32 hidden units is a few KiB).
 MAX_MODEL_BYTES = 256 << 20
@@ -91,16 +91,13 @@ def read_params(path: Path) -> dict[str, np.ndarray]:
     """The named arrays of the MXNet parameter file at `path`, as numpy arrays of their saved element type."""
     path = Path(path)
     try:
-        with open_regular(path, MAX_MODEL_BYTES) as handle:
-            data = handle.read(MAX_MODEL_BYTES + 1)
+        data = read_capped(path, MAX_MODEL_BYTES)
     except FileNotFoundError:
         raise ModelFileError(f"{path}: no DL2 model file here") from None
     except (NotRegularFile, FileTooLarge) as error:
         raise ModelFileError(f"{path}: {error}") from None
     except OSError as error:
         raise ModelFileError(f"{path}: cannot be read ({error.strerror or error})") from None
-    if len(data) > MAX_MODEL_BYTES:  # grew after the check
-        raise ModelFileError(f"{path}: file is larger than {MAX_MODEL_BYTES} bytes (the limit)")
     reader = _Reader(path, data)
     magic, _ = reader.take("<QQ")
     if magic != _LIST_MAGIC:
