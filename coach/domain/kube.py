@@ -22,6 +22,16 @@ KUBE_SCHEDULER_OF = {"default": DEFAULT_SCHEDULER_NAME}
 SCHEDULER_LABEL = "coach.io/scheduler-name"
 
 
+#: The label Nuclio's Helm chart puts on its dashboard's pods (`nuclio.io/app: dashboard`), in whatever namespace
+#: the chart was installed: a job's NetworkPolicy admits those pods, and only those, to its HTTP trigger.
+NUCLIO_DASHBOARD_POD_LABEL = ("nuclio.io/app", "dashboard")
+
+#: How Coach asks the dashboard to reach a function (header `X-Nuclio-Invoke-Via`): through the function's Service,
+#: from the dashboard's own pod address. Nuclio's default tries a node's address and the NodePort first, where
+#: kube-proxy rewrites the source to a node's address, which no pod selector of a NetworkPolicy can admit.
+NUCLIO_INVOKE_VIA = "domain-name"
+
+
 def kube_scheduler_name(profile: str) -> str:
     """The schedulerName the pods of a run with `--scheduler profile` carry on Kubernetes."""
     return KUBE_SCHEDULER_OF.get(profile, SCHEDULER_NAME)

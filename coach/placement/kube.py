@@ -23,7 +23,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from coach.domain.identity import JOB_LABEL, QUORUM, FunctionId
-from coach.domain.kube import PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, SCHEDULER_NAME
+from coach.domain.kube import (
+    NUCLIO_DASHBOARD_POD_LABEL, PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, SCHEDULER_NAME,
+)
 from coach.ports import Workloads
 
 log = logging.getLogger(__name__)
@@ -66,15 +68,19 @@ HTTP_TRIGGER_PORT = 8080
 
 
 def network_policy(job: str, namespace: str) -> dict:
-    """The job's NetworkPolicy: its function pods admit only the job's own pods (ps-lite, any port), and anyone on
-    the HTTP trigger's port (the dashboard's invocations). ps-lite aborts on any message that is not its own, so
-    without it any pod could fail the job's epochs. Enforced only by a CNI that implements NetworkPolicy."""
+    """The job's NetworkPolicy: its function pods admit only the job's own pods (ps-lite, any port) and Nuclio's
+    dashboard pods, in any namespace, on the HTTP trigger's port (the invocations, which Coach asks the dashboard to
+    send through the function's Service: NUCLIO_INVOKE_VIA). ps-lite aborts on any message that is not its own, so
+    without it any pod could fail the job's epochs. Enforced only by a CNI that implements NetworkPolicy; the
+    kubelet's probes come from the node, which NetworkPolicy always admits."""
     own = {"matchLabels": {JOB_LABEL: job}}
+    key, value = NUCLIO_DASHBOARD_POD_LABEL
+    dashboard = {"namespaceSelector": {}, "podSelector": {"matchLabels": {key: value}}}
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": job, "namespace": namespace, "labels": {JOB_LABEL: job}},
             "spec": {"podSelector": own, "policyTypes": ["Ingress"],
                      "ingress": [{"from": [{"podSelector": own}]},
-                                 {"ports": [{"protocol": "TCP", "port": HTTP_TRIGGER_PORT}]}]}}
+                                 {"from": [dashboard], "ports": [{"protocol": "TCP", "port": HTTP_TRIGGER_PORT}]}]}}
 
 
 def podgroup(job: str, namespace: str) -> dict:

@@ -11,9 +11,10 @@ project does not exist) and deploys in the background; `GET /api/functions/<name
 /api/functions` takes `{"metadata": {"name", "namespace"}}`, answers 204 also for a function that is gone, and
 412 for one still being provisioned unless `X-Nuclio-Delete-Function-Ignore-State-Validation: true` (Coach
 releases pending pods, so it sends it). `POST /api/function_invocations` sends the request with all its headers
-to the function's first invocation URL and passes the function's status and body back; its own failures are
-`{"error": "Failed to invoke function: ..."}`: 404 for an unknown function, 500 with Go's client error for a
-timeout (`Client.Timeout exceeded`) or a refused connection. Errors of the other endpoints are
+to the function's address (Coach asks for its Service with `X-Nuclio-Invoke-Via: domain-name`, so that the job's
+NetworkPolicy can admit the dashboard's pods by label) and passes the function's status and body back; its own
+failures are `{"error": "Failed to invoke function: ..."}`: 404 for an unknown function, 500 with Go's client error
+for a timeout (`Client.Timeout exceeded`) or a refused connection. Errors of the other endpoints are
 `{"error": ..., "errorStackTrace": ...}`.
 
 Creation does not wait (no `X-Nuclio-Wait-Function-Action`): a function's pod is bound by Coach's gang scheduler
@@ -40,7 +41,7 @@ from coach.domain.addresses import is_loopback
 from coach.domain.contracts import AheadRequest, EpochRequest, WarmRequest
 from coach.domain.identity import FunctionId
 from coach.domain.invocation import DEPLOY, ERROR, FOREIGN, REJECTED, TIMEOUT, UNREACHABLE, Failure, FunctionRef, Reply
-from coach.domain.kube import SCHEDULER_NAME
+from coach.domain.kube import NUCLIO_INVOKE_VIA, SCHEDULER_NAME
 from coach.net.http import AnswerTooLarge, Limits, bounded_request, new_session, problem
 from coach.platforms.host import TOKEN_HEADER
 from coach.platforms.local import free_port
@@ -55,6 +56,7 @@ NAMESPACE_HEADER = "X-Nuclio-Function-Namespace"
 PROJECT_HEADER = "X-Nuclio-Project-Name"
 INVOKE_TIMEOUT_HEADER = "X-Nuclio-Invoke-Timeout"
 PATH_HEADER = "X-Nuclio-Path"
+INVOKE_VIA_HEADER = "X-Nuclio-Invoke-Via"
 IGNORE_STATE_HEADER = "X-Nuclio-Delete-Function-Ignore-State-Validation"
 
 #: Function states (pkg/functionconfig/types.go): ready to invoke, or failed for good.
@@ -344,6 +346,7 @@ class NuclioPlatform:
     def _invocation_headers(self, ref: FunctionRef, timeout_s: float) -> dict[str, str]:
         return {NAME_HEADER: function_name(ref.fid), NAMESPACE_HEADER: self.namespace,
                 INVOKE_TIMEOUT_HEADER: go_duration(timeout_s), PATH_HEADER: "/", TOKEN_HEADER: self.token,
+                INVOKE_VIA_HEADER: NUCLIO_INVOKE_VIA,
                 "Content-Type": "application/json"}
 
     def invoke(self, ref: FunctionRef, request: EpochRequest | WarmRequest | AheadRequest,

@@ -15,7 +15,9 @@ import pytest
 from kubernetes import client
 
 from coach.domain.identity import JOB_LABEL, FunctionId, Role, functions_for
-from coach.domain.kube import PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION, POD_GROUP_LABEL
+from coach.domain.kube import (
+    NUCLIO_DASHBOARD_POD_LABEL, POD_GROUP_LABEL, PODGROUP_GROUP, PODGROUP_KIND, PODGROUP_PLURAL, PODGROUP_VERSION,
+)
 from coach.kube_scheduler.binder import CONFLICT, Binder
 from coach.kube_scheduler.loop import Config, KubeScheduler
 from coach.kube_scheduler.objects import pod_info
@@ -173,13 +175,19 @@ def test_the_controller_with_its_service_account_makes_only_granted_calls_and_us
             assert placement.wait_synced(10)
             ids = functions_for("ctl", workers=1, servers=1)
             placement.register(["ctl"])
-            # the job's pods admit only the job's own pods, and the HTTP trigger's port (stored here; enforcing it
-            # takes a CNI that implements NetworkPolicy, which this control plane has not)
+            # the job's pods admit only the job's own pods, and Nuclio's dashboard pods (any namespace) on the HTTP
+            # trigger's port (stored here; enforcing it takes a CNI that implements NetworkPolicy, which this
+            # control plane has not)
             policy = networking.read_namespaced_network_policy("ctl", FUNCTIONS_NS).spec
             assert policy.pod_selector.match_labels == {JOB_LABEL: "ctl"} and policy.policy_types == ["Ingress"]
-            assert [(r._from[0].pod_selector.match_labels if r._from else None,
-                     [p.port for p in r.ports] if r.ports else None) for r in policy.ingress] == [
-                ({JOB_LABEL: "ctl"}, None), (None, [HTTP_TRIGGER_PORT])]
+            peers = [[(peer.pod_selector.match_labels, peer.namespace_selector) for peer in r._from]
+                     for r in policy.ingress]
+            key, value = NUCLIO_DASHBOARD_POD_LABEL
+            assert peers[0] == [({JOB_LABEL: "ctl"}, None)] and policy.ingress[0].ports is None
+            assert len(peers) == 2 and len(peers[1]) == 1 and peers[1][0][0] == {key: value}
+            everywhere = peers[1][0][1]  # an empty namespace selector: the dashboard's pods in any namespace
+            assert everywhere is not None and not everywhere.match_labels and not everywhere.match_expressions
+            assert [(p.protocol, p.port) for p in policy.ingress[1].ports] == [("TCP", HTTP_TRIGGER_PORT)]
             placement.submit("ctl", ids)
             wait_for("the pods seen", lambda: placement.explain("ctl", 0.0) == "waiting for coach-scheduler")
             placement.release([*ids, FunctionId("ctl", Role.WORKER, 9)])

@@ -167,6 +167,22 @@ def test_ready_once_bound_with_the_invocation_urls_of_its_host(dashboard, core):
         assert (refused.status_code, refused.json()) == (401, {"error": "missing or wrong token"}), token
 
 
+def test_invoke_via_picks_the_address_as_nuclio_does(dashboard, core):
+    held = ready(dashboard, core)
+    for via in ("domain-name", "", "external-ip", "Domain-Name"):  # no external address here: the Service
+        assert invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Nuclio-Invoke-Via": via}).status_code == 200
+    assert dashboard.invoked_via == {"domain-name": 4}
+    # as a dashboard told its external addresses would see it: a node's address and the NodePort
+    function = dashboard._functions[("default", "coach-mnist-worker-0")]
+    function.set_state("ready", externalInvocationUrls=held["status"]["internalInvocationUrls"])
+    for via in ("", "domain-name"):
+        assert invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Nuclio-Invoke-Via": via}).status_code == 200
+    assert dashboard.invoked_via == {"domain-name": 5, "external-ip": 1}
+    no_ingress = invoke(dashboard.url, "coach-mnist-worker-0", **{"X-Nuclio-Invoke-Via": "loadbalancer"})
+    assert no_ingress.status_code == 500
+    assert no_ingress.json()["error"] == "Failed to invoke function: Couldn't find address for invoke via type"
+
+
 def test_the_host_gets_the_functions_env_and_token(dashboard, core, tmp_path):
     ready(dashboard, core)
     log = (tmp_path / "logs" / "mnist-worker-0.log")

@@ -166,6 +166,8 @@ def test_create_deploy_invoke_delete(platform, core, dashboard):
     assert isinstance(reply, Reply) and reply.function == "lenet-worker-0"
     assert reply.body["body"] == WarmRequest("jobs/models/lenet.py").to_dict()
     assert reply.body["greeting"] == "set by init_context"  # the real host ran init_context
+    # through the function's Service, from the dashboard's pod: what the job's NetworkPolicy admits
+    assert dashboard.invoked_via == {"domain-name": 1}
 
     assert platform.delete(WORKER) is None
     wait_for(lambda: not pods_of(core, "coach-lenet-worker-0"), what="pod deleted")

@@ -24,7 +24,10 @@ function that does not exist (the real one is idempotent), and 412 for a functio
 function's pod (the caller's headers but Nuclio's own, plus `X-Nuclio-Target`; `X-Nuclio-Invoke-Timeout` as a Go
 duration, default 1 minute) and passes its status and body back; its own failures are the real dashboard's: 404
 `Function not found`, 500 `Invocation URL is required` for a function not ready yet, 500 with Go's client error for
-a timeout or a refused connection.
+a timeout or a refused connection. `X-Nuclio-Invoke-Via` picks the address as the real one does (invocation.go,
+pkg/platform/kube/function.go): `domain-name` the function's Service (its internal URL), `loadbalancer` an ingress
+(none here: 500 `Couldn't find address for invoke via type`), anything else the external URLs first (a node's
+address and the NodePort), then the Service; `dash.invoked_via` counts which one each invocation took.
 
 Test hooks (`dash.faults`): `fail_next(path_prefix, status=500, times=1)` answers the next requests with that
 status; `hang(path_prefix, seconds, times=1)` holds them that long, then drops the connection. `dash.processes(name)`
@@ -38,6 +41,7 @@ Run alone: `python -m tests.fakes.nuclio_dashboard --kubeconfig PATH --port P --
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import json
 import re
@@ -184,6 +188,7 @@ class FakeDashboard:
         self._version = 0
         self._stopping = threading.Event()
         self.faults = Faults(self._stopping)
+        self.invoked_via: collections.Counter[str] = collections.Counter()  # "domain-name", "external-ip", ...
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # each pod's own temp dir is in it: under the log dir, so that a dashboard killed hard leaves none in /tmp
         self._pods_dir = Path(tempfile.mkdtemp(prefix=".pods-", dir=self.log_dir))
@@ -365,9 +370,7 @@ class FakeDashboard:
             function = self._functions.get((namespace, name))
         if function is None:
             raise ApiError(404, f"Failed to invoke function: Function not found: {name} @ {namespace}")
-        urls = function.attributes()["status"].get("internalInvocationUrls") or []
-        if not urls:
-            raise ApiError(500, "Failed to invoke function: Invocation URL is required")
+        urls = self._invocation_urls(function.attributes()["status"], headers.get("X-Nuclio-Invoke-Via") or "")
         path = (headers.get("X-Nuclio-Path") or "").lstrip("/")
         url = f"http://{urls[0]}/{path}" if path else f"http://{urls[0]}"
         forward = {key: value for key, value in headers.items()
@@ -388,6 +391,21 @@ class FakeDashboard:
                   if not key.lower().startswith("x-nuclio") and key.lower() not in _HOP_BY_HOP
                   and key.lower() not in ("date", "server")}
         return response.status_code, passed, response.content
+
+    def _invocation_urls(self, status: Mapping, via: str) -> list[str]:
+        """Where the invocation goes, by `X-Nuclio-Invoke-Via` (exact values, as Go's switch compares them)."""
+        internal = list(status.get("internalInvocationUrls") or [])
+        external = list(status.get("externalInvocationUrls") or [])
+        if not internal and not external:
+            raise ApiError(500, "Failed to invoke function: Invocation URL is required")
+        if via == "loadbalancer":  # no ingress is ever made here
+            raise ApiError(500, "Failed to invoke function: Couldn't find address for invoke via type")
+        kind, urls = ("domain-name", internal) if via == "domain-name" or not external else ("external-ip", external)
+        if not urls:
+            raise ApiError(500, "Failed to invoke function: Couldn't find address for invoke via type")
+        with self._lock:
+            self.invoked_via[kind] += 1
+        return urls
 
     # -- projects -----------------------------------------------------------------------------------------------
     def create_project(self, body: object, headers) -> dict:
