@@ -440,3 +440,29 @@ def test_coach_hands_allocate_only_the_leading_step_sizes_and_gets_the_same_coun
                                        lambda gpus: curve.epochs_per_s(gpus, 1))
 
         assert _counts_with(curves, free, leading) == _counts_with(curves, free, every)
+
+
+def test_coach_answers_a_round_that_asks_the_same_from_memory_and_only_then(monkeypatch):
+    """Most rounds ask the greedy the same (the same jobs in the same order, each at the same stage of training and
+    without a budget): the coach policy then reuses last round's counts. A new stage, a budget's remaining work or
+    another order changes the answer, and each is asked afresh."""
+    asked: list[int] = []
+    original = Coach._counts
+    monkeypatch.setattr(Coach, "_counts", lambda self, *args: asked.append(1) or original(self, *args))
+    app = EpochApp(scale=0.85, half_local=16.0)
+    rounds = [  # (snapshot, GPUs each job gets): each answer differs from the one before, or is remembered
+        (snap(job("a", app=app, progress=0.0, total=1e5), nodes=(4, 4, 4)), {"a": 4}),
+        (snap(job("a", app=app, progress=900.0, total=1e5), nodes=(4, 4, 4)), {"a": 4}),  # the same stage
+        (snap(job("a", app=app, progress=5000.0, total=1e5), nodes=(4, 4, 4)), {"a": 5}),  # a later stage
+        # with a budget, the same stage but less left to do: more GPUs are affordable
+        (snap(job("a", app=app, progress=0.0, total=1e3, budget=0.15), nodes=(4, 4, 4), price=0.01), {"a": 1}),
+        (snap(job("a", app=app, progress=500.0, total=1e3, budget=0.15), nodes=(4, 4, 4), price=0.01), {"a": 3}),
+        (snap(job("a", app=app, attained=1.0), job("b", app=app, attained=2.0), nodes=(3,)), {"a": 2, "b": 1}),
+        (snap(job("a", app=app, attained=1.0), job("b", app=app, attained=2.0), nodes=(3,)), {"a": 2, "b": 1}),
+        (snap(job("a", app=app, attained=2.0), job("b", app=app, attained=1.0), nodes=(3,)), {"a": 1, "b": 2}),
+    ]
+    remembering = Coach()
+    for number, (snapshot, expected) in enumerate(rounds):
+        assert gpus_of(remembering.allocate(snapshot)) == expected == gpus_of(Coach().allocate(snapshot)), number
+    # remembered: the same stage without a budget (round 1) and the same two jobs in the same order (round 6)
+    assert len(asked) == 2 * len(rounds) - 2
