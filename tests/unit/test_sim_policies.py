@@ -231,6 +231,20 @@ def test_the_dynamic_program_finds_the_best_counts_and_prefers_fewer_gpus_on_tie
         assert all(v[k] > max(v[:k]) for v, k in zip(values, counts) if k > 0), trial
 
 
+def test_the_dynamic_program_gives_the_same_counts_without_the_counts_past_each_peak():
+    """ElasticBatchDp leaves out of the table every count past where a job's value first peaks; on values that
+    rise, plateau, dip and fall, with ties between jobs and within one, the counts are the same as with them."""
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        total = int(rng.integers(1, 40))
+        values = []
+        for _ in range(int(rng.integers(1, 8))):
+            steps = rng.choice([0.0, 0.5, 1.0, -0.5, -1.0], size=int(rng.integers(1, 30)))
+            values.append(np.concatenate([[0.0], np.maximum(np.round(1.0 + np.cumsum(steps), 1), 0.1)]))
+        cut = [v[:int(np.argmax(v)) + 1] for v in values]
+        assert solve(cut, total) == solve(values, total), trial
+
+
 def test_coach_grows_until_the_next_gpu_gains_less_than_min_gain():
     app = FakeApp(scale=0.85)  # relative gain of GPU g+1: (g+1)/g * 0.85 - 1 -> 70%, 27%, 13%, 6.3%, 2%
     assert gpus_of(Coach(min_gain=0.05).allocate(snap(job("a", app=app), nodes=(8, 8)))) == {"a": 5}  # thesis's

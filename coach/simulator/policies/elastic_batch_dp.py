@@ -70,16 +70,22 @@ class ElasticBatchDp:
     # progress, so the same jobs on the same cluster get the same answer without solving again (apps held: ids)
     last: tuple[tuple, Mapping[str, Grant]] | None = None
 
+    # (id(app), gpus per node, cap) -> `table`'s answer (the app is held in `tables`)
+    values: dict[tuple[int, int, int], tuple[np.ndarray, list[int]]] = field(default_factory=dict)
+
     def table(self, app: AppModel, cap: int, per_node: int) -> tuple[np.ndarray, list[int]]:
         """Values (speed-up over 1 GPU; 0 at 0 GPUs) and batches for 0..cap GPUs."""
-        key = (id(app), per_node)
-        _, speeds, batches = self.tables.setdefault(key, (app, [0.0], [0]))
+        found = self.values.get((id(app), per_node, cap))
+        if found is not None:
+            return found
+        _, speeds, batches = self.tables.setdefault((id(app), per_node), (app, [0.0], [0]))
         for gpus in range(len(speeds), cap + 1):
             batch, speed = best_throughput(app, gpus, packed_nodes(gpus, per_node))
             speeds.append(speed)
             batches.append(batch)
         base = speeds[1] if cap >= 1 and speeds[1] > 0 else 1.0
-        return np.array(speeds[:cap + 1]) / base, batches[:cap + 1]
+        found = self.values[(id(app), per_node, cap)] = (np.array(speeds[:cap + 1]) / base, batches[:cap + 1])
+        return found
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, jobs = snapshot.total_gpus, snapshot.jobs
@@ -97,7 +103,11 @@ class ElasticBatchDp:
         for rank, (value, _) in enumerate(tables):
             bonus = np.full(len(value), TIE_BONUS * (len(jobs) - rank))
             bonus[0] = 0.0
-            values.append(value + bonus)
+            bonused = value + bonus
+            # more GPUs than where the value first peaks are never chosen: the peak is worth as much on fewer
+            # (and the table's argmax takes the fewest), so they are left out of the table (most applications peak
+            # at 5 to 86 GPUs, far below a 512-GPU cluster)
+            values.append(bonused[:int(np.argmax(bonused)) + 1])
         counts = solve(values, total)
         return {job.name: Grant(k, tables[j][1][k]) for j, (job, k) in enumerate(zip(jobs, counts)) if k > 0}
 
