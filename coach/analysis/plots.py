@@ -14,7 +14,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
+from matplotlib.axes import Axes  # noqa: E402 - after choosing the backend
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import LogFormatter, MaxNLocator  # noqa: E402
 
@@ -35,6 +36,17 @@ def _figure(height_in: float = FIGSIZE_IN[1], rows: int = 1) -> tuple[Figure, li
     figure = Figure(figsize=(FIGSIZE_IN[0], height_in), dpi=DPI, layout="constrained")
     axes = figure.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
     return figure, list(axes)
+
+
+#: Margins of the simulator's figures (fractions of the figure): their tick labels are short numbers whatever the
+#: data, so fixed margins fit them, and skip the constrained layout's measuring of every label (half their time).
+FIXED_MARGINS = {"left": 0.09, "right": 0.97, "bottom": 0.11, "top": 0.93}
+
+
+def _fixed_figure() -> tuple[Figure, Axes]:
+    figure = Figure(figsize=FIGSIZE_IN, dpi=DPI)
+    figure.subplots_adjust(**FIXED_MARGINS)
+    return figure, figure.subplots()
 
 
 def _save(figure: Figure, path: Path) -> Path:
@@ -207,7 +219,7 @@ def cost_plot(logs: Mapping[str, Sequence[Mapping]], budgets: Mapping[str, float
 
 def utilization_plot(samples: Sequence[tuple[float, float]], path: Path, title: str = "Cluster utilization") -> Path:
     """Share of the cluster's GPUs held by training jobs, a step per scheduling round, against hours."""
-    figure, (ax,) = _figure()
+    figure, ax = _fixed_figure()
     if samples:
         ax.step([t_s / 3600 for t_s, _ in samples], [share * 100 for _, share in samples], where="post")
         ax.set_ylim(0, 105)
@@ -219,7 +231,7 @@ def utilization_plot(samples: Sequence[tuple[float, float]], path: Path, title: 
 def utilization_overlay_plot(sides: Sequence[tuple[str, Sequence[tuple[float, float]]]], path: Path,
                              title: str = "Cluster utilization") -> Path:
     """Share of GPUs training against hours, one step line per side (a sweep's runs in one figure)."""
-    figure, (ax,) = _figure()
+    figure, ax = _fixed_figure()
     drawn = False
     for label, samples in sides:
         if samples:
@@ -236,7 +248,7 @@ def utilization_overlay_plot(sides: Sequence[tuple[str, Sequence[tuple[float, fl
 
 def jct_cdf_plot(sides: Sequence[tuple[str, Sequence[float]]], path: Path, title: str = "JCT distribution") -> Path:
     """Empirical CDF of job completion times (hours, log axis), one line per side."""
-    figure, (ax,) = _figure()
+    figure, ax = _fixed_figure()
     drawn = False
     for label, samples in sides:
         ordered = sorted(s / 3600 for s in samples if s > 0)
