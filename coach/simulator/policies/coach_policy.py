@@ -55,11 +55,18 @@ RESTART_S = 30.0  # what a change of allocation costs a running job (the simulat
 
 @dataclass(frozen=True)
 class _Speed:
-    """SpeedModel adapter: goodput on `workers` GPUs (an epoch is one M0-sample), 0 if unaffordable."""
+    """SpeedModel adapter: goodput on `workers` GPUs (an epoch is one M0-sample), 0 if unaffordable. Asked
+    millions of times over Philly, so it reads the goodput table itself and works out only what is missing."""
 
     job: ClusterJobView
-    goodput: Callable[[int], float]  # M0-samples per second on that many packed GPUs
+    known: dict[int, tuple[int, float]]  # the job's goodput table: GPUs -> (batch, M0-samples per second)
+    missing: Callable[[int], float]  # the goodput on that many packed GPUs, for a count not in `known` yet
     price_per_gpu_s: float
+    unlimited: bool  # no budget: every count with a goodput is affordable
+
+    def goodput(self, gpus: int) -> float:
+        found = self.known.get(gpus)
+        return found[1] if found is not None else self.missing(gpus)
 
     def affordable(self, gpus: int) -> bool:
         return self._affordable(gpus, self.goodput(gpus))
@@ -67,13 +74,18 @@ class _Speed:
     def _affordable(self, gpus: int, goodput: float) -> bool:
         if goodput <= 0:
             return False
-        if _unlimited(self.job.remaining_budget):
+        if self.unlimited:
             return True
         return gpus * self.price_per_gpu_s * self.job.remaining_progress / goodput <= self.job.remaining_budget
 
     def epochs_per_s(self, workers: int, servers: int) -> float:
-        goodput = self.goodput(workers)
+        found = self.known.get(workers)
+        goodput = found[1] if found is not None else self.missing(workers)
         return goodput if self._affordable(workers, goodput) else 0.0
+
+    def one_server(self, workers: int) -> float:
+        """epochs_per_s at `workers` GPUs (a simulated job has no servers)."""
+        return self.epochs_per_s(workers, 1)
 
 
 @dataclass
@@ -91,10 +103,12 @@ class _Goodputs:
         limit is the last of them below it). `speed` is allocate's epochs_per_s, so the gains are its own."""
         found = self.leading.get((workers, cap))
         if found is None:
-            found, top = [], -math.inf
+            found, top, known = [], -math.inf, self.best
             now = speed(workers)
             for target in sorted({workers + 1, *step_sizes(workers, cap, per_node)}):
-                after = speed(target)
+                # a goodput of the table gives the same utility as `speed`, which turns one <= 0 into 0
+                pair = known.get(target)
+                after = pair[1] if pair is not None else speed(target)
                 utility = (after if 0.0 < after < math.inf else 0.0) - now
                 if utility > 0:
                     gain = round(utility / now / (SLOTS_PER_STEP * (target - workers)), 9)
@@ -139,9 +153,10 @@ class Coach:
                 found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
             return found
 
-        def goodput_of(job: ClusterJobView) -> Callable[[int], float]:
+        def speed_of(job: ClusterJobView) -> _Speed:
             known = table(job).best  # resolved once: allocate asks for goodputs at every step
-            return lambda gpus: best(job, gpus, known)[1]
+            return _Speed(job, known, lambda gpus: best(job, gpus, known)[1], snapshot.price_per_gpu_s,
+                          _unlimited(job.remaining_budget))
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -149,7 +164,7 @@ class Coach:
         for job in order:
             if len(speeds) >= total:
                 break
-            speed = _Speed(job, goodput_of(job), snapshot.price_per_gpu_s)
+            speed = speed_of(job)
             if job.remaining_progress > 0 and gpu_cap(job, total) >= 1 and speed.affordable(1):
                 speeds.append(speed)
         jobs = {s.job.name: s.job for s in speeds}
@@ -180,9 +195,9 @@ class Coach:
         if self.node_steps:
             def sizes(name: str, workers: int, limit: int | None) -> list[int]:
                 cap, speed = limit if limit is not None else total, by_name[name]
-                if speed.job.remaining_budget != math.inf:  # affordability is the job's own: every size
+                if not speed.unlimited:  # affordability is the job's own: every size
                     return step_sizes(workers, cap, per_node)
-                return table(speed.job).leading_sizes(workers, cap, per_node, lambda gpus: speed.epochs_per_s(gpus, 1))
+                return table(speed.job).leading_sizes(workers, cap, per_node, speed.one_server)
         chosen = allocate_counts(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain,
                                  worker_sizes=sizes)
         return {name: workers for name, (workers, _) in chosen.items() if workers}
