@@ -323,7 +323,7 @@ class _Allocator:
         in that order until one is allowed: nearly always the first."""
         workers, servers = self.counts[index]
         first = None
-        for target in _by_gain(useful):
+        for target in by_gain(useful):
             step = one if target == workers + 1 else self._step(index, WORKER, (target, servers), limit, now)
             if step.excluded_by is None:
                 return step
@@ -577,7 +577,7 @@ def _worth(step: _Step, min_gain: float) -> bool:
     return step.utility > 0 and step.gain >= min_gain
 
 
-def _by_gain(useful: list[tuple[float, int]]) -> Iterator[int]:
+def by_gain(useful: list[tuple[float, int]]) -> Iterator[int]:
     """The sizes of (gain per slot, size) pairs, most gain first (equal to 9 decimals: the smaller size first).
     Only the gains that tie with the top one are rounded and sorted before the first size is given: the rest only
     if it is asked for."""

@@ -1,7 +1,7 @@
 """The thesis's policy in the simulator: greedy marginal utility within each job's budget (coach.policy). Pure.
 
-It reuses coach.policy.allocation unchanged (allocate_counts: its counts, without the reasons), mapping one
-simulated job to one JobDemand:
+It runs coach.policy.allocation's greedy (rules 1-3, as coach_greedy.py restates them on plain numbers for the
+simulator's case, with the same answers), mapping one simulated job to one job of allocate's:
 - workers = GPUs; max_servers = 1, so the job sits at 1 server and only ever grows workers (GPU jobs here have
   no parameter servers). allocate counts a scheduler and a server slot per job, which take no GPU: we pass
   free_slots = GPUs + 2 x candidates and let at most total_gpus jobs be candidates, so every candidate starts
@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Mapping
 
-from coach.policy.allocation import SLOTS_PER_STEP, JobDemand, allocate_counts
+from coach.policy.allocation import SLOTS_PER_STEP
 from coach.simulator.grants import fit_batch, gpu_cap, stage
+from coach.simulator.policies.coach_greedy import GreedyJob, greedy_counts
 from coach.simulator.policies.pollux import step_sizes
 from coach.simulator.view import AppModel, ClusterSnapshot, Grant, ClusterJobView, packed_nodes
 
@@ -111,7 +112,10 @@ class _Goodputs:
                 after = pair[1] if pair is not None else speed(target)
                 utility = (after if 0.0 < after < math.inf else 0.0) - now
                 if utility > 0:
-                    gain = round(utility / now / (SLOTS_PER_STEP * (target - workers)), 9)
+                    gain = utility / now / (SLOTS_PER_STEP * (target - workers))
+                    if gain < top - 2e-9:  # rounding moves a gain by at most 5e-10: it cannot beat the top
+                        continue
+                    gain = round(gain, 9)
                     if gain > top:
                         found.append(target)
                         top = gain
@@ -187,20 +191,16 @@ class Coach:
     def _counts(self, speeds: list[_Speed], total: int, per_node: int,
                 table: Callable[[ClusterJobView], _Goodputs]) -> dict[str, int]:
         """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
-        demands = [JobDemand(job=s.job.name, speed=s, remaining_epochs=1.0, remaining_budget=s.job.remaining_budget,
-                             price_per_slot_s=0.0, max_workers=gpu_cap(s.job, total), max_servers=1)
-                   for s in speeds]
-        by_name = {s.job.name: s for s in speeds}
+        jobs = [GreedyJob(s.one_server, gpu_cap(s.job, total), s.job.remaining_budget) for s in speeds]
         sizes = None
         if self.node_steps:
-            def sizes(name: str, workers: int, limit: int | None) -> list[int]:
-                cap, speed = limit if limit is not None else total, by_name[name]
+            def sizes(index: int, workers: int, cap: int) -> list[int]:
+                speed = speeds[index]
                 if not speed.unlimited:  # affordability is the job's own: every size
                     return step_sizes(workers, cap, per_node)
                 return table(speed.job).leading_sizes(workers, cap, per_node, speed.one_server)
-        chosen = allocate_counts(demands, free_slots=total + 2 * len(demands), min_gain=self.min_gain,
-                                 worker_sizes=sizes)
-        return {name: workers for name, (workers, _) in chosen.items() if workers}
+        chosen = greedy_counts(jobs, total + 2 * len(jobs), self.min_gain, sizes)
+        return {s.job.name: workers for s, workers in zip(speeds, chosen) if workers}
 
     def _pays(self, job: ClusterJobView, goodput_now: float, goodput_then: float) -> bool:
         """Growing saves more time on the job's remaining work than the restart delay costs."""

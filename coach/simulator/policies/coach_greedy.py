@@ -1,0 +1,156 @@
+"""allocate_counts's greedy (coach.policy.allocation, rules 1-3) for the simulator's coach policy, on numbers. Pure.
+
+Why: over Philly the coach policy asks the greedy nearly every round, with a hundred candidates or more and
+hundreds of steps, and the general allocator, built to tell why (a step is an object with its cost, its money and
+the constraint it breaks, for any counts of workers and servers), took four fifths of the run. A simulated job
+sits at one server, money is per GPU-second (the allocator's price per slot is 0 and one epoch remains), and the
+policy wants the counts alone, so a step here is a few numbers. The rules, their order and their roundings are
+allocate's: every job starts on (1,1) while 3 slots are free; the step with the most gain per slot (equal to 9
+decimals: the smaller money ratio, then the earlier job) is taken while it is worth taking; a job's step is its
+useful size with the most gain per slot that is allowed (within its cap, its budget and the free slots).
+tests/unit/test_coach_greedy.py checks the counts equal allocate_counts's on random instances.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+from coach.policy.allocation import SLOTS_PER_STEP, START_SLOTS, by_gain, money_ratio
+
+#: (job index, workers now, the job's cap) -> the worker counts one step may reach (allocate's worker_sizes)
+Sizes = Callable[[int, int, int], Iterable[int]]
+
+
+@dataclass(frozen=True)
+class GreedyJob:
+    """One candidate: its speed at w GPUs on one server, its cap on GPUs and the budget one epoch may cost."""
+
+    speed: Callable[[int], float]  # epochs per second at that many workers (0: unaffordable or no progress)
+    cap: int  # most workers (>= 1)
+    budget: float  # money the epoch may cost (allocate's per_epoch_budget; negative: nothing)
+
+
+class _Step(NamedTuple):  # made hundreds of thousands of times a round: a tuple is the cheapest record
+    gain_per_slot: float
+    ratio: float  # money per epoch after the step / before
+    size: int  # workers added
+    utility: float  # epochs per second gained; an unusable speed after counts as 0
+    gain: float  # utility / speed now
+    allowed: bool  # within the cap, the budget and the free slots
+
+
+def _usable(speed: float) -> bool:
+    return math.isfinite(speed) and speed > 0
+
+
+@dataclass
+class _Greedy:
+    jobs: Sequence[GreedyJob]
+    free: int
+    min_gain: float
+    sizes: Sizes | None
+    workers: list[int] = field(default_factory=list)
+    speeds: list[dict[int, float]] = field(default_factory=list)  # per job: workers -> speed, asked once
+
+    def speed(self, index: int, workers: int) -> float:
+        known = self.speeds[index]
+        found = known.get(workers)
+        if found is None:
+            found = known[workers] = float(self.jobs[index].speed(workers))
+        return found
+
+    def step(self, index: int, target: int, now: float) -> _Step:
+        """From the job's workers to `target`, as allocate's _step weighs it (price 0: an epoch costs 0 where the
+        speed is usable, else infinity)."""
+        workers, job = self.workers[index], self.jobs[index]
+        after = self.speed(index, target)
+        usable = _usable(after)
+        utility = (after if usable else 0.0) - now
+        size = target - workers
+        cost = 0.0 if usable else math.inf
+        allowed = not (target > job.cap or cost > job.budget or self.free < size)
+        gain = utility / now
+        return _Step(gain / (SLOTS_PER_STEP * size), money_ratio(now, after, workers + 2, target + 2), size, utility,
+                     gain, allowed)
+
+    def worker_step(self, index: int, now: float) -> _Step:
+        """+1 worker, or with sizes the useful size with the most gain per slot that is allowed (allocate's
+        _worker_step and _first_allowed)."""
+        workers = self.workers[index]
+        one = self.step(index, workers + 1, now)
+        if self.sizes is None:
+            return one
+        useful = [(one.gain_per_slot, workers + 1)] if one.utility > 0 else []
+        for target in sorted({t for t in self.sizes(index, workers, self.jobs[index].cap) if t > workers + 1}):
+            after = self.speed(index, target)
+            utility = (after if 0.0 < after < math.inf else 0.0) - now
+            if utility > 0:
+                useful.append((utility / now / (SLOTS_PER_STEP * (target - workers)), target))
+        if not useful:
+            return one
+        first = None
+        for target in by_gain(useful):
+            chosen = one if target == workers + 1 else self.step(index, target, now)
+            if chosen.allowed:
+                return chosen
+            first = chosen if first is None else first
+        assert first is not None
+        return first
+
+    def candidate(self, index: int) -> _Step | None:
+        """The job's step when it is allowed and worth taking, else None."""
+        chosen = self.worker_step(index, self.speed(index, self.workers[index]))
+        if chosen.allowed and chosen.utility > 0 and chosen.gain >= self.min_gain:
+            return chosen
+        return None
+
+    def run(self) -> list[int]:
+        growing = []
+        for index, job in enumerate(self.jobs):  # rule 1: starts, in order
+            self.speeds.append({})
+            if self.free < START_SLOTS:
+                self.workers.append(0)
+                continue
+            self.workers.append(1)
+            self.free -= START_SLOTS
+            start = self.speed(index, 1)
+            if _usable(start) and not 0.0 > job.budget:  # else held at (1,1): no bounded cost, or over budget
+                growing.append(index)
+        if self.free >= 1:
+            self.grow(growing)
+        return self.workers
+
+    def grow(self, growing: list[int]) -> None:
+        """Rules 2-3: the step ahead of every other job's, one at a time (a heap; a replaced entry is skipped)."""
+        heap: list[tuple[float, float, int, int]] = []
+        best: dict[int, _Step | None] = {}
+        version = dict.fromkeys(growing, 0)
+
+        def replace(index: int) -> None:
+            chosen = best[index] = self.candidate(index)
+            version[index] += 1
+            if chosen is not None:
+                heapq.heappush(heap, (-round(chosen.gain_per_slot, 9), chosen.ratio, index, version[index]))
+
+        for index in growing:
+            replace(index)
+        while self.free >= 1 and heap:
+            _, _, index, seen = heapq.heappop(heap)
+            chosen = best[index]
+            if seen != version[index] or chosen is None:
+                continue
+            if SLOTS_PER_STEP * chosen.size > self.free:  # a step of several workers no longer fits
+                replace(index)
+                continue
+            self.workers[index] += chosen.size
+            self.free -= SLOTS_PER_STEP * chosen.size
+            replace(index)
+
+
+def greedy_counts(jobs: Sequence[GreedyJob], free_slots: int, min_gain: float, sizes: Sizes | None) -> list[int]:
+    """Workers per job, in order (0: not started), as allocate_counts would give them for these jobs at one server
+    each, price per slot 0 and one epoch left."""
+    return _Greedy(jobs, free_slots, min_gain, sizes).run()
