@@ -225,18 +225,10 @@ def allocate(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.
     return _allocated(demands, free_slots, min_gain, worker_sizes).allocations()
 
 
-def allocate_counts(demands: Sequence[JobDemand], free_slots: int, min_gain: float = 0.05,
-                    worker_sizes: WorkerSizes | None = None) -> dict[str, tuple[int, int]]:
-    """allocate()'s (workers, servers) per job, without its predictions and reasons: for a caller that acts on the
-    counts alone, every round (the simulator's coach policy), where telling why costs more than choosing."""
-    allocator = _allocated(demands, free_slots, min_gain, worker_sizes, _CountingAllocator)
-    return {demand.job: allocator.counts[index] for index, demand in enumerate(demands)}
-
-
 def _allocated(demands: Sequence[JobDemand], free_slots: int, min_gain: float,
-               worker_sizes: WorkerSizes | None, kind: type[_Allocator] | None = None) -> _Allocator:
+               worker_sizes: WorkerSizes | None) -> _Allocator:
     _check_arguments(demands, free_slots, min_gain)
-    allocator = (kind or _Allocator)(demands, free_slots, min_gain, worker_sizes)
+    allocator = _Allocator(demands, free_slots, min_gain, worker_sizes)
     allocator.start()
     allocator.grow()
     allocator.settle()
@@ -545,14 +537,6 @@ class _Allocator:
             return GAIN, (f"+{top.size} {top.kind} would gain {_percent(top.gain)} but settling chose "
                           f"{_counts(*self.counts[index])}")
         return _why(top, self.demands[index], self.min_gain)
-
-
-class _CountingAllocator(_Allocator):
-    """The same rules for a caller that wants the counts alone (allocate_counts): a step taken is not written
-    down, since telling why costs more than choosing when it is asked every round."""
-
-    def _take(self, index: int, step: _Step) -> None:
-        self._apply(index, step)
 
 
 def _first_broken(over_limit: bool, over_budget: bool, no_slot: bool) -> str | None:

@@ -39,7 +39,6 @@ from coach.policy.allocation import (
     JobDemand,
     SpeedModel,
     allocate,
-    allocate_counts,
     predicted_epoch_cost,
 )
 
@@ -395,17 +394,6 @@ def test_allocations_respect_slots_limits_and_budgets_and_are_deterministic(dema
             assert a.predicted_epoch_cost <= a.per_epoch_budget
             # every step taken sped the job up
             assert a.predicted_epochs_per_s > d.speed.epochs_per_s(1, 1)
-
-
-@settings(derandomize=True, max_examples=200, deadline=None)
-@given(demands=demand_lists(), free_slots=st.integers(0, 30), min_gain=st.floats(0, 0.5),
-       sizes=st.sampled_from([None, "pairs"]))
-def test_the_counts_alone_are_allocate_s_counts(demands, free_slots, min_gain, sizes):
-    """allocate_counts applies the same rules without telling why (the simulator's coach policy)."""
-    worker_sizes = None if sizes is None else (lambda job, workers, limit: [workers + 1, workers + 2])
-    told = allocate(demands, free_slots, min_gain, worker_sizes=worker_sizes)
-    assert allocate_counts(demands, free_slots, min_gain, worker_sizes=worker_sizes) == {
-        job: (a.workers, a.servers) for job, a in told.items()}
 
 
 @settings(derandomize=True, max_examples=100, deadline=None)

@@ -1,4 +1,4 @@
-"""The simulator's greedy (coach/simulator/policies/coach_greedy.py) gives allocate_counts's workers."""
+"""The simulator's greedy (coach/simulator/policies/coach_greedy.py) gives allocate's workers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from coach.policy.allocation import JobDemand, allocate_counts
+from coach.policy.allocation import JobDemand, allocate
 from coach.simulator.policies.coach_greedy import GreedyJob, greedy_counts
 from coach.simulator.policies.pollux import step_sizes
 
@@ -58,7 +58,7 @@ def _instance(rng: random.Random):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_greedy_gives_allocate_counts_workers_on_random_jobs(seed):
+def test_the_greedy_gives_allocate_s_workers_on_random_jobs(seed):
     rng = random.Random(f"coach-greedy-{seed}")
     for trial in range(400):
         curves, caps, budgets, free, min_gain, sizes = _instance(rng)
@@ -66,7 +66,7 @@ def test_the_greedy_gives_allocate_counts_workers_on_random_jobs(seed):
                              price_per_slot_s=0.0, max_workers=cap, max_servers=1)
                    for i, (curve, cap, budget) in enumerate(zip(curves, caps, budgets))]
         named = None if sizes is None else (lambda name, workers, cap, sizes=sizes: sizes(int(name[1:]), workers, cap))
-        expected = allocate_counts(demands, free, min_gain, worker_sizes=named)
+        expected = allocate(demands, free, min_gain, worker_sizes=named)
         jobs = [GreedyJob(curve.at, cap, budget) for curve, cap, budget in zip(curves, caps, budgets)]
         got = greedy_counts(jobs, free, min_gain, sizes)
-        assert got == [expected[f"j{i}"][0] for i in range(len(curves))], (seed, trial)
+        assert got == [expected[f"j{i}"].workers for i in range(len(curves))], (seed, trial)

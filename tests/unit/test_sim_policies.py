@@ -422,12 +422,12 @@ def _random_curve(rng: random.Random, per_node: int) -> _Curve:
 
 
 def _counts_with(curves: list[_Curve], free: int, sizes) -> dict[str, tuple[int, int]]:
-    from coach.policy.allocation import JobDemand, allocate_counts
+    from coach.policy.allocation import JobDemand, allocate
 
     demands = [JobDemand(job=f"j{i}", speed=c, remaining_epochs=1.0, remaining_budget=math.inf,
                          price_per_slot_s=0.0, max_workers=len(c.goodputs) - 1, max_servers=1)
                for i, c in enumerate(curves)]
-    return allocate_counts(demands, free, min_gain=0.0, worker_sizes=sizes)
+    return {job: (a.workers, a.servers) for job, a in allocate(demands, free, min_gain=0.0, worker_sizes=sizes).items()}
 
 
 def test_coach_hands_allocate_only_the_leading_step_sizes_and_gets_the_same_counts():

@@ -1,4 +1,4 @@
-"""allocate_counts's greedy (coach.policy.allocation, rules 1-3) for the simulator's coach policy, on numbers. Pure.
+"""allocate's greedy (coach.policy.allocation, rules 1-3) for the simulator's coach policy, on plain numbers. Pure.
 
 Why: over Philly the coach policy asks the greedy nearly every round, with a hundred candidates or more and
 hundreds of steps, and the general allocator, built to tell why (a step is an object with its cost, its money and
@@ -8,7 +8,7 @@ policy wants the counts alone, so a step here is a few numbers. The rules, their
 allocate's: every job starts on (1,1) while 3 slots are free; the step with the most gain per slot (equal to 9
 decimals: the smaller money ratio, then the earlier job) is taken while it is worth taking; a job's step is its
 useful size with the most gain per slot that is allowed (within its cap, its budget and the free slots).
-tests/unit/test_coach_greedy.py checks the counts equal allocate_counts's on random instances.
+tests/unit/test_coach_greedy.py checks the counts equal allocate's on random instances.
 """
 
 from __future__ import annotations
@@ -151,6 +151,6 @@ class _Greedy:
 
 
 def greedy_counts(jobs: Sequence[GreedyJob], free_slots: int, min_gain: float, sizes: Sizes | None) -> list[int]:
-    """Workers per job, in order (0: not started), as allocate_counts would give them for these jobs at one server
+    """Workers per job, in order (0: not started), as allocate would give them for these jobs at one server
     each, price per slot 0 and one epoch left."""
     return _Greedy(jobs, free_slots, min_gain, sizes).run()
