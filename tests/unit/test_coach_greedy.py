@@ -67,6 +67,11 @@ def test_the_greedy_gives_allocate_s_workers_on_random_jobs(seed):
                    for i, (curve, cap, budget) in enumerate(zip(curves, caps, budgets))]
         named = None if sizes is None else (lambda name, workers, cap, sizes=sizes: sizes(int(name[1:]), workers, cap))
         expected = allocate(demands, free, min_gain, worker_sizes=named)
+        workers = [expected[f"j{i}"].workers for i in range(len(curves))]
         jobs = [GreedyJob(curve.at, cap, budget) for curve, cap, budget in zip(curves, caps, budgets)]
-        got = greedy_counts(jobs, free, min_gain, sizes)
-        assert got == [expected[f"j{i}"].workers for i in range(len(curves))], (seed, trial)
+        assert greedy_counts(jobs, free, min_gain, sizes) == workers, (seed, trial)
+        # with a memo of each job's ordered steps (one per job: their sizes differ), filled by a first call
+        # with other free slots and read by the next
+        memos = [GreedyJob(curve.at, cap, budget, {}) for curve, cap, budget in zip(curves, caps, budgets)]
+        greedy_counts(memos, free + rng.randint(-3, 30), min_gain, sizes)
+        assert greedy_counts(memos, free, min_gain, sizes) == workers, (seed, trial)

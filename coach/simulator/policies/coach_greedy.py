@@ -26,20 +26,24 @@ Sizes = Callable[[int, int, int], Iterable[int]]
 
 @dataclass(frozen=True)
 class GreedyJob:
-    """One candidate: its speed at w GPUs on one server, its cap on GPUs and the budget one epoch may cost."""
+    """One candidate: its speed at w GPUs on one server, its cap on GPUs and the budget one epoch may cost.
+    `memo`, when given, keeps the job's ordered steps from each count (`_Greedy.ordered`) across calls: only for
+    jobs whose speeds and sizes are the same as those of every other job given that memo (the coach policy's jobs
+    without a budget, of one application at one stage of training)."""
 
     speed: Callable[[int], float]  # epochs per second at that many workers (0: unaffordable or no progress)
     cap: int  # most workers (>= 1)
     budget: float  # money the epoch may cost (allocate's per_epoch_budget; negative: nothing)
+    memo: dict[tuple[int, int], list[_Step]] | None = None  # (workers, cap) -> ordered steps
 
 
 class _Step(NamedTuple):  # made hundreds of thousands of times a round: a tuple is the cheapest record
     gain_per_slot: float
     ratio: float  # money per epoch after the step / before
     size: int  # workers added
-    utility: float  # epochs per second gained; an unusable speed after counts as 0
+    utility: float  # epochs per second gained (> 0: only useful steps are kept); an unusable speed counts as 0
     gain: float  # utility / speed now
-    allowed: bool  # within the cap, the budget and the free slots
+    within: bool  # within the job's cap and its budget (what the free slots do not change)
 
 
 def _usable(speed: float) -> bool:
@@ -62,49 +66,47 @@ class _Greedy:
             found = known[workers] = float(self.jobs[index].speed(workers))
         return found
 
-    def step(self, index: int, target: int, now: float) -> _Step:
-        """From the job's workers to `target`, as allocate's _step weighs it (price 0: an epoch costs 0 where the
-        speed is usable, else infinity)."""
-        workers, job = self.workers[index], self.jobs[index]
+    def step(self, index: int, workers: int, target: int, now: float) -> _Step:
+        """From `workers` to `target`, as allocate's _step weighs it (price 0: an epoch costs 0 where the speed is
+        usable, else infinity)."""
+        job = self.jobs[index]
         after = self.speed(index, target)
         usable = _usable(after)
         utility = (after if usable else 0.0) - now
         size = target - workers
         cost = 0.0 if usable else math.inf
-        allowed = not (target > job.cap or cost > job.budget or self.free < size)
         gain = utility / now
         return _Step(gain / (SLOTS_PER_STEP * size), money_ratio(now, after, workers + 2, target + 2), size, utility,
-                     gain, allowed)
+                     gain, not (target > job.cap or cost > job.budget))
 
-    def worker_step(self, index: int, now: float) -> _Step:
-        """+1 worker, or with sizes the useful size with the most gain per slot that is allowed (allocate's
-        _worker_step and _first_allowed)."""
-        workers = self.workers[index]
-        one = self.step(index, workers + 1, now)
-        if self.sizes is None:
-            return one
+    def ordered(self, index: int, workers: int) -> list[_Step]:
+        """The job's useful steps from `workers`, in the order allocate's _first_allowed tries them: +1 worker, and
+        with sizes every useful size, most gain per slot first (by_gain). allocate takes the first allowed."""
+        job = self.jobs[index]
+        if job.memo is not None:
+            found = job.memo.get((workers, job.cap))
+            if found is not None:
+                return found
+        now = self.speed(index, workers)
+        one = self.step(index, workers, workers + 1, now)
         useful = [(one.gain_per_slot, workers + 1)] if one.utility > 0 else []
-        for target in sorted({t for t in self.sizes(index, workers, self.jobs[index].cap) if t > workers + 1}):
-            after = self.speed(index, target)
-            utility = (after if 0.0 < after < math.inf else 0.0) - now
-            if utility > 0:
-                useful.append((utility / now / (SLOTS_PER_STEP * (target - workers)), target))
-        if not useful:
-            return one
-        first = None
-        for target in by_gain(useful):
-            chosen = one if target == workers + 1 else self.step(index, target, now)
-            if chosen.allowed:
-                return chosen
-            first = chosen if first is None else first
-        assert first is not None
-        return first
+        if self.sizes is not None:
+            for target in sorted({t for t in self.sizes(index, workers, job.cap) if t > workers + 1}):
+                after = self.speed(index, target)
+                utility = (after if 0.0 < after < math.inf else 0.0) - now
+                if utility > 0:
+                    useful.append((utility / now / (SLOTS_PER_STEP * (target - workers)), target))
+        steps = [one if target == workers + 1 else self.step(index, workers, target, now)
+                 for target in (by_gain(useful) if useful else ())]
+        if job.memo is not None:
+            job.memo[(workers, job.cap)] = steps
+        return steps
 
     def candidate(self, index: int) -> _Step | None:
-        """The job's step when it is allowed and worth taking, else None."""
-        chosen = self.worker_step(index, self.speed(index, self.workers[index]))
-        if chosen.allowed and chosen.utility > 0 and chosen.gain >= self.min_gain:
-            return chosen
+        """The job's first allowed step (within its cap, its budget and the free slots), when it is worth taking."""
+        for step in self.ordered(index, self.workers[index]):
+            if step.within and step.size * SLOTS_PER_STEP <= self.free:
+                return step if step.gain >= self.min_gain else None
         return None
 
     def run(self) -> list[int]:

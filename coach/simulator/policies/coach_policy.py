@@ -97,6 +97,7 @@ class _Goodputs:
     app: AppModel  # held so that the id in the key stays this application's
     best: dict[int, tuple[int, float]] = field(default_factory=dict)
     leading: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (w, cap) -> sizes
+    ordered: dict = field(default_factory=dict)  # the greedy's memo of ordered steps (coach_greedy.GreedyJob)
 
     def leading_sizes(self, workers: int, cap: int, per_node: int, speed: Callable[[int], float]) -> list[int]:
         """Of w+1 and Pollux's sizes from w up to cap, those whose gain per GPU (allocate's, to 9 decimals) beats
@@ -191,7 +192,10 @@ class Coach:
     def _counts(self, speeds: list[_Speed], total: int, per_node: int,
                 table: Callable[[ClusterJobView], _Goodputs]) -> dict[str, int]:
         """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
-        jobs = [GreedyJob(s.one_server, gpu_cap(s.job, total), s.job.remaining_budget) for s in speeds]
+        # jobs without a budget of one application at one stage share their speeds and step sizes: their steps
+        # are kept with the table, from round to round
+        jobs = [GreedyJob(s.one_server, gpu_cap(s.job, total), s.job.remaining_budget,
+                          table(s.job).ordered if s.unlimited else None) for s in speeds]
         sizes = None
         if self.node_steps:
             def sizes(index: int, workers: int, cap: int) -> list[int]:
