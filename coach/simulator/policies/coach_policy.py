@@ -54,16 +54,19 @@ MIN_GAIN = 0.0
 RESTART_S = 30.0  # what a change of allocation costs a running job (the simulator's restart delay)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Speed:
     """SpeedModel adapter: goodput on `workers` GPUs (an epoch is one M0-sample), 0 if unaffordable. Asked
-    millions of times over Philly, so it reads the goodput table itself and works out only what is missing."""
+    millions of times over Philly, so it reads the goodput table itself and works out only what is missing; made
+    for every candidate every round, so what the round asks of the job is worked out once, here."""
 
     job: ClusterJobView
     known: dict[int, tuple[int, float]]  # the job's goodput table: GPUs -> (batch, M0-samples per second)
     missing: Callable[[int], float]  # the goodput on that many packed GPUs, for a count not in `known` yet
     price_per_gpu_s: float
     unlimited: bool  # no budget: every count with a goodput is affordable
+    stage: float  # the job's stage of training (grants.stage)
+    cap: int  # the most GPUs it may get this round (grants.gpu_cap)
 
     def goodput(self, gpus: int) -> float:
         found = self.known.get(gpus)
@@ -142,10 +145,11 @@ class Coach:
         used: dict[tuple[int, float, int], _Goodputs] = {}
         tables: dict[str, _Goodputs] = {}  # per job: its application's at its stage
 
-        def table(job: ClusterJobView) -> _Goodputs:
+        def table(job: ClusterJobView, at: float | None = None) -> _Goodputs:
             known = tables.get(job.name)
             if known is None:
-                key = (id(job.app), stage(job), per_node)  # goodputs are of replicas packed on such nodes
+                # goodputs are of replicas packed on such nodes
+                key = (id(job.app), stage(job) if at is None else at, per_node)
                 known = used.get(key) or self.goodputs.get(key) or _Goodputs(job.app)
                 used[key] = tables[job.name] = known
             return known
@@ -159,9 +163,10 @@ class Coach:
             return found
 
         def speed_of(job: ClusterJobView) -> _Speed:
-            known = table(job).best  # resolved once: allocate asks for goodputs at every step
+            at = stage(job)
+            known = table(job, at).best  # resolved once: allocate asks for goodputs at every step
             return _Speed(job, known, lambda gpus: best(job, gpus, known)[1], snapshot.price_per_gpu_s,
-                          _unlimited(job.remaining_budget))
+                          _unlimited(job.remaining_budget), at, gpu_cap(job, total))
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -170,7 +175,7 @@ class Coach:
             if len(speeds) >= total:
                 break
             speed = speed_of(job)
-            if job.remaining_progress > 0 and gpu_cap(job, total) >= 1 and speed.affordable(1):
+            if job.remaining_progress > 0 and speed.cap >= 1 and speed.affordable(1):
                 speeds.append(speed)
         jobs = {s.job.name: s.job for s in speeds}
         if len(speeds) >= total:  # as many candidates as GPUs: each starts on one and none is left to grow
@@ -194,8 +199,8 @@ class Coach:
         """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
         # jobs without a budget of one application at one stage share their speeds and step sizes: their steps
         # are kept with the table, from round to round
-        jobs = [GreedyJob(s.one_server, gpu_cap(s.job, total), s.job.remaining_budget,
-                          table(s.job).ordered if s.unlimited else None) for s in speeds]
+        jobs = [GreedyJob(s.one_server, s.cap, s.job.remaining_budget, table(s.job).ordered if s.unlimited else None)
+                for s in speeds]
         sizes = None
         if self.node_steps:
             def sizes(index: int, workers: int, cap: int) -> list[int]:
@@ -219,8 +224,7 @@ def _demand_key(speeds: list[_Speed], total: int, per_node: int) -> tuple:
     goodputs at its stage of training on such nodes (the application itself is in the key, so that it stays alive
     and no other takes its place); with a budget they also depend on how much is left to do."""
     return (total, per_node, tuple(
-        (s.job.name, s.job.app, stage(s.job), gpu_cap(s.job, total), s.job.remaining_budget,
-         None if _unlimited(s.job.remaining_budget) else s.job.remaining_progress)
+        (s.job.name, s.job.app, s.stage, s.cap, s.job.remaining_budget, None if s.unlimited else s.job.remaining_progress)
         for s in speeds))
 
 
