@@ -67,6 +67,7 @@ class _Speed:
     unlimited: bool  # no budget: every count with a goodput is affordable
     stage: float  # the job's stage of training (grants.stage)
     cap: int  # the most GPUs it may get this round (grants.gpu_cap)
+    table: _Goodputs  # its application's goodputs at its stage
 
     def goodput(self, gpus: int) -> float:
         found = self.known.get(gpus)
@@ -137,6 +138,8 @@ class Coach:
     # (id(app), stage, GPUs per node) -> its goodputs and leading step sizes: the last round's, for the next; a
     # queue of jobs of one application shares one
     goodputs: dict[tuple[int, float, int], _Goodputs] = field(default_factory=dict)
+    # job -> (progress, stage) as the last round found them (a queued job's stays the same)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the greedy answered last round, and to what (_demand_key): most rounds ask the same again
     last_counts: tuple[tuple, dict[str, int]] | None = None
 
@@ -144,6 +147,7 @@ class Coach:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         used: dict[tuple[int, float, int], _Goodputs] = {}
         tables: dict[str, _Goodputs] = {}  # per job: its application's at its stage
+        stages: dict[str, tuple[float, float]] = {}  # per job asked: (progress, stage), for the next round
 
         def table(job: ClusterJobView, at: float | None = None) -> _Goodputs:
             known = tables.get(job.name)
@@ -163,10 +167,13 @@ class Coach:
             return found
 
         def speed_of(job: ClusterJobView) -> _Speed:
-            at = stage(job)
-            known = table(job, at).best  # resolved once: allocate asks for goodputs at every step
+            seen = self.stages.get(job.name)  # a job that did not train since the last round is where it was
+            at = seen[1] if seen is not None and seen[0] == job.progress else stage(job)
+            stages[job.name] = (job.progress, at)
+            held = table(job, at)
+            known = held.best  # resolved once: allocate asks for goodputs at every step
             return _Speed(job, known, lambda gpus: best(job, gpus, known)[1], snapshot.price_per_gpu_s,
-                          _unlimited(job.remaining_budget), at, gpu_cap(job, total))
+                          _unlimited(job.remaining_budget), at, gpu_cap(job, total), held)
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -185,21 +192,20 @@ class Coach:
             if self.last_counts is not None and self.last_counts[0] == key:
                 counts = dict(self.last_counts[1])
             else:
-                counts = self._counts(speeds, total, per_node, table)
+                counts = self._counts(speeds, total, per_node)
                 self.last_counts = (key, dict(counts))
         for name, gpus in counts.items():
             job = jobs[name]
             if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
                 counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
-        self.goodputs = used
+        self.goodputs, self.stages = used, stages
         return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
 
-    def _counts(self, speeds: list[_Speed], total: int, per_node: int,
-                table: Callable[[ClusterJobView], _Goodputs]) -> dict[str, int]:
+    def _counts(self, speeds: list[_Speed], total: int, per_node: int) -> dict[str, int]:
         """GPUs per job by allocate's greedy, for jobs that all start (fewer candidates than GPUs)."""
         # jobs without a budget of one application at one stage share their speeds and step sizes: their steps
         # are kept with the table, from round to round
-        jobs = [GreedyJob(s.one_server, s.cap, s.job.remaining_budget, table(s.job).ordered if s.unlimited else None)
+        jobs = [GreedyJob(s.one_server, s.cap, s.job.remaining_budget, s.table.ordered if s.unlimited else None)
                 for s in speeds]
         sizes = None
         if self.node_steps:
@@ -207,7 +213,7 @@ class Coach:
                 speed = speeds[index]
                 if not speed.unlimited:  # affordability is the job's own: every size
                     return step_sizes(workers, cap, per_node)
-                return table(speed.job).leading_sizes(workers, cap, per_node, speed.one_server)
+                return speed.table.leading_sizes(workers, cap, per_node, speed.one_server)
         chosen = greedy_counts(jobs, total + 2 * len(jobs), self.min_gain, sizes)
         return {s.job.name: workers for s, workers in zip(speeds, chosen) if workers}
 
