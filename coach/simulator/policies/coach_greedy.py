@@ -28,8 +28,8 @@ Sizes = Callable[[int, int, int], Iterable[int]]
 class GreedyJob:
     """One candidate: its speed at w GPUs on one server, its cap on GPUs and the budget one epoch may cost.
     `memo`, when given, keeps the job's ordered steps from each count (`_Greedy.ordered`) across calls: only for
-    jobs whose speeds and sizes are the same as those of every other job given that memo (the coach policy's jobs
-    without a budget, of one application at one stage of training)."""
+    jobs whose speeds, sizes and budget are the same as those of every other job given that memo (the coach
+    policy's jobs without a budget, of one application at one stage of training)."""
 
     speed: Callable[[int], float]  # epochs per second at that many workers (0: unaffordable or no progress)
     cap: int  # most workers (>= 1)
