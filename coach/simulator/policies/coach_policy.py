@@ -21,9 +21,10 @@ attained GPU time first).
 Speed (the Philly trace asks this every round for days of simulated time): goodputs are kept per application,
 stage and node size across rounds (as Pollux's); for a job without a budget, of the sizes a step from w GPUs may
 reach only those that beat every smaller one on gain per GPU are handed to allocate (any other loses to a smaller
-one whatever the free GPUs), kept with the goodputs; with as many candidates as GPUs, allocate's answer (one
-each) is known without asking; and a round that asks allocate what the last one asked (the same jobs in the same
-order, each at the same stage, none with a budget) gets the last answer: about 7 rounds in 10 of Philly's.
+one whatever the free GPUs), kept with the goodputs, and so are its steps in the order the greedy tries them;
+with as many candidates as GPUs, allocate's answer (one each) is known without asking; and a round that asks what
+the last one asked (the same jobs in the same order, each at the same stage, none with a budget) gets the last
+answer (7 rounds in 10 in Philly's first weeks, far fewer once more jobs queue).
 
 What the thesis's greedy lacked against Pollux in the simulator (issue 35), given here and measured on workloads
 1-8 at load 1.0 (mean JCT, Pollux 0.766 h): with its 5% minimum gain it left GPUs idle that any gain would use
@@ -101,7 +102,7 @@ class _Goodputs:
     app: AppModel  # held so that the id in the key stays this application's
     best: dict[int, tuple[int, float]] = field(default_factory=dict)
     leading: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (w, cap) -> sizes
-    ordered: dict = field(default_factory=dict)  # the greedy's memo of ordered steps (coach_greedy.GreedyJob)
+    ordered: dict[tuple[int, int], list] = field(default_factory=dict)  # the greedy's memo (coach_greedy.GreedyJob)
 
     def leading_sizes(self, workers: int, cap: int, per_node: int, speed: Callable[[int], float]) -> list[int]:
         """Of w+1 and Pollux's sizes from w up to cap, those whose gain per GPU (allocate's, to 9 decimals) beats
