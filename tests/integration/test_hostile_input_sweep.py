@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -336,15 +337,61 @@ def test_a_signal_is_exit_130_one_line_and_nothing_half_written(name, sig, tmp_p
     assert _whole_or_marked(folder, left) == []  # no half run folder, no half model
 
 
-@pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3])
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for the signal yet (the SigCgt mask of /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # it has ended
+        return False
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE).group(1), 16)
+    return bool(caught >> (signum - 1) & 1)
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15])
 def test_a_signal_during_start_up_is_one_line_too(delay_s, tmp_path):
-    """From the first lines of coach.ui.cli on (the interpreter's own start, about 40 ms, is before them)."""
+    """From the first lines of coach.ui.cli on: the signal is sent `delay_s` after the process has a handler for it,
+    while the command's modules still load. The interpreter's own start is before any line of Coach runs, and its
+    length depends on the machine's load, so the test waits for the handler rather than guessing a delay."""
     process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "missing.csv", "--policy", "drf"],
                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=_limits)
+    deadline = time.monotonic() + TIMEOUT_S
+    while process.poll() is None and not _catches(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert process.poll() is None, "the command ended before it had a handler for SIGTERM"
     time.sleep(delay_s)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=TIMEOUT_S)
     assert "Traceback" not in stderr, stderr
     if process.returncode != 2:  # the signal came before the command refused its missing file
         assert (process.returncode, stderr) == (130, "coach: interrupted\n")
+
+
+SLOW_IMPORT = """
+import importlib, pathlib, sys, time
+pathlib.Path({marker!r}).write_text("importing")
+time.sleep(5)  # the signal comes now, while the command imports its modules
+sys.path.remove({folder!r})
+del sys.modules["argparse"]
+sys.modules["argparse"] = importlib.import_module("argparse")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_imports_its_modules_is_one_line(signum, tmp_path):
+    """The first module coach.ui.cli imports after its start-up handlers is made slow, so the signal lands inside
+    the imports every time, whatever the machine's load."""
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    marker = tmp_path / "importing"
+    (folder / "argparse.py").write_text(SLOW_IMPORT.format(marker=str(marker), folder=str(folder)))
+    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "missing.csv", "--policy", "drf"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": f"{folder}:{REPO}"}, preexec_fn=_limits)
+    deadline = time.monotonic() + TIMEOUT_S
+    while process.poll() is None and not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert marker.exists(), process.communicate(timeout=TIMEOUT_S)[1]
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=TIMEOUT_S)
+    assert (process.returncode, stderr) == (130, "coach: interrupted\n")
