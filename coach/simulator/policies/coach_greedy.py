@@ -24,8 +24,7 @@ from coach.policy.allocation import SLOTS_PER_STEP, START_SLOTS, by_gain, money_
 Sizes = Callable[[int, int, int], Iterable[int]]
 
 
-@dataclass(frozen=True)
-class GreedyJob:
+class GreedyJob(NamedTuple):  # made for every candidate every round: a tuple is the cheapest record
     """One candidate: its speed at w GPUs on one server, its cap on GPUs and the budget one epoch may cost.
     `memo`, when given, keeps the job's ordered steps from each count (`_Greedy.ordered`) across calls: only for
     jobs whose speeds, sizes and budget are the same as those of every other job given that memo (the coach
@@ -38,7 +37,7 @@ class GreedyJob:
 
 
 class _Step(NamedTuple):  # made hundreds of thousands of times a round: a tuple is the cheapest record
-    gain_per_slot: float
+    rank: float  # minus the gain per slot to 9 decimals: the heap's order, most gain first (allocate's rounding)
     ratio: float  # money per epoch after the step / before
     size: int  # workers added
     utility: float  # epochs per second gained (> 0: only useful steps are kept); an unusable speed counts as 0
@@ -76,7 +75,7 @@ class _Greedy:
         size = target - workers
         cost = 0.0 if usable else math.inf
         gain = utility / now
-        return _Step(gain / (SLOTS_PER_STEP * size), money_ratio(now, after, workers + 2, target + 2), size, utility,
+        return _Step(-round(gain / (SLOTS_PER_STEP * size), 9), money_ratio(now, after, workers + 2, target + 2), size, utility,
                      gain, not (target > job.cap or cost > job.budget))
 
     def ordered(self, index: int, workers: int) -> list[_Step]:
@@ -89,7 +88,7 @@ class _Greedy:
                 return found
         now = self.speed(index, workers)
         one = self.step(index, workers, workers + 1, now)
-        useful = [(one.gain_per_slot, workers + 1)] if one.utility > 0 else []
+        useful = [(one.gain / SLOTS_PER_STEP, workers + 1)] if one.utility > 0 else []  # step's gain per slot
         if self.sizes is not None:
             for target in sorted({t for t in self.sizes(index, workers, job.cap) if t > workers + 1}):
                 after = self.speed(index, target)
@@ -104,8 +103,13 @@ class _Greedy:
 
     def candidate(self, index: int) -> _Step | None:
         """The job's first allowed step (within its cap, its budget and the free slots), when it is worth taking."""
-        for step in self.ordered(index, self.workers[index]):
-            if step.within and step.size * SLOTS_PER_STEP <= self.free:
+        job, workers = self.jobs[index], self.workers[index]
+        steps = job.memo.get((workers, job.cap)) if job.memo is not None else None
+        if steps is None:
+            steps = self.ordered(index, workers)
+        free = self.free
+        for step in steps:
+            if step.within and step.size * SLOTS_PER_STEP <= free:
                 return step if step.gain >= self.min_gain else None
         return None
 
@@ -126,30 +130,26 @@ class _Greedy:
         return self.workers
 
     def grow(self, growing: list[int]) -> None:
-        """Rules 2-3: the step ahead of every other job's, one at a time (a heap; a replaced entry is skipped)."""
-        heap: list[tuple[float, float, int, int]] = []
-        best: dict[int, _Step | None] = {}
-        version = dict.fromkeys(growing, 0)
-
-        def replace(index: int) -> None:
-            chosen = best[index] = self.candidate(index)
-            version[index] += 1
-            if chosen is not None:
-                heapq.heappush(heap, (-round(chosen.gain_per_slot, 9), chosen.ratio, index, version[index]))
-
+        """Rules 2-3: the step ahead of every other job's, one at a time. A heap holds each growing job's step once
+        (keyed by gain, money ratio and the job's index, which no two share, so the order is allocate's); the job
+        whose step is taken, or no longer fits, is weighed again in its place."""
+        heap = []
         for index in growing:
-            replace(index)
+            chosen = self.candidate(index)
+            if chosen is not None:
+                heap.append((chosen.rank, chosen.ratio, index, chosen))
+        heapq.heapify(heap)
+        workers = self.workers
         while self.free >= 1 and heap:
-            _, _, index, seen = heapq.heappop(heap)
-            chosen = best[index]
-            if seen != version[index] or chosen is None:
-                continue
-            if SLOTS_PER_STEP * chosen.size > self.free:  # a step of several workers no longer fits
-                replace(index)
-                continue
-            self.workers[index] += chosen.size
-            self.free -= SLOTS_PER_STEP * chosen.size
-            replace(index)
+            index, chosen = heap[0][2], heap[0][3]
+            if SLOTS_PER_STEP * chosen.size <= self.free:  # else a step of several workers no longer fits
+                workers[index] += chosen.size
+                self.free -= SLOTS_PER_STEP * chosen.size
+            chosen = self.candidate(index)
+            if chosen is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (chosen.rank, chosen.ratio, index, chosen))
 
 
 def greedy_counts(jobs: Sequence[GreedyJob], free_slots: int, min_gain: float, sizes: Sizes | None) -> list[int]:
