@@ -63,7 +63,7 @@ class _Speed:
 
     job: ClusterJobView
     known: dict[int, tuple[int, float]]  # the job's goodput table: GPUs -> (batch, M0-samples per second)
-    missing: Callable[[int], float]  # the goodput on that many packed GPUs, for a count not in `known` yet
+    per_node: int  # GPUs per node: replicas are packed on such nodes
     price_per_gpu_s: float
     unlimited: bool  # no budget: every count with a goodput is affordable
     stage: float  # the job's stage of training (grants.stage)
@@ -72,7 +72,7 @@ class _Speed:
 
     def goodput(self, gpus: int) -> float:
         found = self.known.get(gpus)
-        return found[1] if found is not None else self.missing(gpus)
+        return found[1] if found is not None else _best(self.known, self.job, gpus, self.per_node)[1]
 
     def affordable(self, gpus: int) -> bool:
         return self._affordable(gpus, self.goodput(gpus))
@@ -86,7 +86,7 @@ class _Speed:
 
     def epochs_per_s(self, workers: int, servers: int) -> float:
         found = self.known.get(workers)
-        goodput = found[1] if found is not None else self.missing(workers)
+        goodput = found[1] if found is not None else _best(self.known, self.job, workers, self.per_node)[1]
         return goodput if self._affordable(workers, goodput) else 0.0
 
     def one_server(self, workers: int) -> float:
@@ -143,12 +143,19 @@ class Coach:
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the greedy answered last round, and to what (_demand_key): most rounds ask the same again
     last_counts: tuple[tuple, dict[str, int]] | None = None
+    # job -> its speed adapter as the last round made it, and the cluster it was made for: a queued job's view is
+    # the same object from round to round (the engine's), and so is all the adapter holds
+    speeds: dict[str, _Speed] = field(default_factory=dict)
+    cluster: tuple[int, int, float] | None = None
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         used: dict[tuple[int, float, int], _Goodputs] = {}
         tables: dict[str, _Goodputs] = {}  # per job: its application's at its stage
         stages: dict[str, tuple[float, float]] = {}  # per job asked: (progress, stage), for the next round
+        speeds_now: dict[str, _Speed] = {}  # per job asked, for the next round
+        if self.cluster != (total, per_node, snapshot.price_per_gpu_s):
+            self.speeds, self.cluster = {}, (total, per_node, snapshot.price_per_gpu_s)
 
         def table(job: ClusterJobView, at: float | None = None) -> _Goodputs:
             known = tables.get(job.name)
@@ -159,22 +166,24 @@ class Coach:
                 used[key] = tables[job.name] = known
             return known
 
-        def best(job: ClusterJobView, gpus: int, known: dict[int, tuple[int, float]] | None = None) -> tuple[int, float]:
-            known = table(job).best if known is None else known
-            found = known.get(gpus)
-            if found is None:
-                batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)
-                found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
-            return found
+        def best(job: ClusterJobView, gpus: int) -> tuple[int, float]:
+            return _best(table(job).best, job, gpus, per_node)
 
         def speed_of(job: ClusterJobView) -> _Speed:
+            kept = self.speeds.get(job.name)
+            if kept is not None and kept.job is job:  # a queued job, as the engine last showed it: as it was
+                key = (id(job.app), kept.stage, per_node)
+                used[key] = tables[job.name] = kept.table  # the table the key finds (it was kept with the others)
+                stages[job.name] = (job.progress, kept.stage)
+                speeds_now[job.name] = kept
+                return kept
             seen = self.stages.get(job.name)  # a job that did not train since the last round is where it was
             at = seen[1] if seen is not None and seen[0] == job.progress else stage(job)
             stages[job.name] = (job.progress, at)
             held = table(job, at)
-            known = held.best  # resolved once: allocate asks for goodputs at every step
-            return _Speed(job, known, lambda gpus: best(job, gpus, known)[1], snapshot.price_per_gpu_s,
-                          _unlimited(job.remaining_budget), at, gpu_cap(job, total), held)
+            speed = speeds_now[job.name] = _Speed(job, held.best, per_node, snapshot.price_per_gpu_s,
+                                                  _unlimited(job.remaining_budget), at, gpu_cap(job, total), held)
+            return speed
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -199,7 +208,7 @@ class Coach:
             job = jobs[name]
             if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
                 counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
-        self.goodputs, self.stages = used, stages
+        self.goodputs, self.stages, self.speeds = used, stages, speeds_now
         return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
 
     def _counts(self, speeds: list[_Speed], total: int, per_node: int) -> dict[str, int]:
@@ -224,6 +233,15 @@ class Coach:
             return goodput_then > 0
         remaining = job.remaining_progress
         return remaining / goodput_now - remaining / goodput_then > self.restart_s
+
+
+def _best(known: dict[int, tuple[int, float]], job: ClusterJobView, gpus: int, per_node: int) -> tuple[int, float]:
+    """(batch, goodput) of the job on that many GPUs packed on such nodes, from its table or worked out into it."""
+    found = known.get(gpus)
+    if found is None:
+        batch, goodput = job.app.best_batch(gpus, packed_nodes(gpus, per_node), job.progress)
+        found = known[gpus] = (fit_batch(job.app, gpus, batch), float(goodput))
+    return found
 
 
 def _demand_key(speeds: list[_Speed], total: int, per_node: int) -> tuple:
