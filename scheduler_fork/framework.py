@@ -127,6 +127,9 @@ class PodGroup:
     job: str  # the job's name, as in Pod.job
     min_member: Mapping[str, int] = field(default_factory=lambda: DEFAULT_MIN_MEMBER)  # role -> fewest pods of that role the job runs with
     whole: int | None = None  # when set: the job runs only with this many pods (its whole requested set)
+    # worked out once (__post_init__): the scheduler asks a group's deficit several times for every pod it places
+    _needs: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)  # (role, pods > 0)
+    _quorum_pods: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         counts = dict(self.min_member)
@@ -139,6 +142,8 @@ class PodGroup:
         if self.whole is not None and (isinstance(self.whole, bool) or not isinstance(self.whole, int) or self.whole < 1):
             raise ValueError(f"pod group {self.job}: whole must be an integer >= 1 or None, got {self.whole!r}")
         object.__setattr__(self, "min_member", MappingProxyType({r: counts.get(r, 0) for r in ROLES}))
+        object.__setattr__(self, "_needs", tuple((r, n) for r, n in self.min_member.items() if n > 0))
+        object.__setattr__(self, "_quorum_pods", max(sum(self.min_member.values()), self.whole or 0))
 
     def __hash__(self) -> int:
         return hash((self.job, tuple(self.min_member.items()), self.whole))
@@ -146,11 +151,15 @@ class PodGroup:
     @property
     def quorum_pods(self) -> int:
         """How many pods the quorum takes at least."""
-        return max(sum(self.min_member.values()), self.whole or 0)
+        return self._quorum_pods
 
     def deficit(self, counts: Mapping[str, int]) -> int:
         """How many more pods `counts` (role -> pods) needs to meet the quorum; 0 when met."""
-        by_role = sum(max(0, need - counts.get(role, 0)) for role, need in self.min_member.items())
+        by_role = 0
+        for role, need in self._needs:
+            have = counts.get(role, 0)
+            if have < need:
+                by_role += need - have
         if self.whole is None:
             return by_role
         return max(by_role, self.whole - sum(counts.values()))
