@@ -49,26 +49,30 @@ def decide(net: NumpyNet, round_: Round) -> np.ndarray:
     head_pool, score_w, score_b = net.head_w[:, :2 * hidden], net.score_w[0], net.score_b[0]
     blocked = np.where(given >= round_.caps, -np.inf, 0.0)  # a job at its limit may not be chosen
     h, pooled = np.empty_like(inputs), np.empty(2 * hidden)  # reused: this loop runs once per GPU handed out
+    mean, most = pooled[:hidden], pooled[hidden:]  # views into pooled, made once
+    stop_w, stop_b = net.stop_w, net.stop_b[0]
+    counts, caps = given.tolist(), round_.caps.tolist()  # Python ints: read and written every decision
     while free > 0:
         np.add(inputs, shift[free], out=h)
         np.maximum(h, 0.0, out=h)
-        np.add.reduce(h, axis=0, out=pooled[:hidden])
-        pooled[:hidden] /= n
-        np.maximum.reduce(h, axis=0, out=pooled[hidden:])
+        np.add.reduce(h, axis=0, out=mean)
+        mean /= n
+        np.maximum.reduce(h, axis=0, out=most)
         z = head_pool @ pooled
         z += head_shift[free]
-        stop = np.maximum(z, 0.0, out=z) @ net.stop_w + net.stop_b[0]
+        stop = np.maximum(z, 0.0, out=z) @ stop_w + stop_b
         scores = h @ score_w
         scores += score_b
         scores += blocked
         best = int(scores.argmax())
         if not scores[best] >= stop:  # STOP is the last action: it wins only when strictly more likely
             break
-        given[best] += 1
+        counts[best] += 1
         free -= 1
-        if given[best] >= round_.caps[best]:
+        if counts[best] >= caps[best]:
             blocked[best] = -np.inf
-        inputs[best] = net.job_w @ round_.job_row(best, int(given[best])).astype(np.float64)
+        inputs[best] = net.job_w @ round_.job_row(best, counts[best]).astype(np.float64)
+    return np.array(counts, dtype=np.int64)
     return given
 
 

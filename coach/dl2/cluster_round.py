@@ -20,6 +20,7 @@ application is memoised in a cache the caller keeps (throughput does not change 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import MutableMapping
 
@@ -59,6 +60,12 @@ def _gain(before_s: float, after_s: float) -> float:
     return before_s - after_s if math.isfinite(after_s) else -math.inf
 
 
+@functools.cache
+def _log1p_quarter(gpus: int) -> float:
+    """log1p(gpus) / 4 as numpy works it out (the batch observation's own expression), once per count."""
+    return float(np.log1p(np.float64(gpus)) / 4)
+
+
 class Round:
     """One scheduling round's window and everything about it that the GPUs given so far do not change."""
 
@@ -76,6 +83,10 @@ class Round:
         self.caps = np.array([gpu_cap(job, self.total) for job in self.jobs], dtype=np.int64)
         self.requested = np.array([requested_gpus(job, self.total) for job in self.jobs], dtype=np.int64)
         self.current = np.array([max(job.gpus, 0) for job in self.jobs], dtype=np.int64)
+        # as Python ints, for the one-job rows a round's decisions ask for (numpy scalars cost more to read)
+        self._caps = self.caps.tolist()
+        self._requested = [max(r, 1) for r in self.requested.tolist()]
+        self._current = self.current.tolist()
         static = np.zeros((n, STATIC_FEATURES), dtype=np.float32)
         for i, job in enumerate(self.jobs):
             app = job.app.name if job.app.name in APPS else None
@@ -130,7 +141,7 @@ class Round:
         return _gain(self.remaining_s(i, gpus), self.remaining_s(i, gpus + 1))
 
     def _gain_features(self, i: int, gpus: int) -> tuple[float, float]:
-        if gpus >= self.caps[i]:
+        if gpus >= self._caps[i]:
             return 0.0, 0.0
         before = self.remaining_s(i, gpus)
         gain = _gain(before, self.remaining_s(i, gpus + 1))
@@ -167,12 +178,14 @@ class Round:
     def job_row(self, i: int, gpus: int) -> np.ndarray:
         """Window job i's row of `observe` once it has been given `gpus` GPUs this round (its other rows do not
         depend on job i's GPUs): for a policy that follows one job's change at a time."""
-        requested = max(int(self.requested[i]), 1)
-        current = int(self.current[i])
-        dynamic = np.array([gpus / max(self.total, 1), np.log1p(np.float64(gpus)) / 4,
-                            min(gpus / requested, 2.0) / 2, gpus >= requested, gpus == 0, gpus == current,
-                            gpus < current, *self._gain_features(i, gpus)], dtype=np.float32)
-        return np.concatenate([self.static[i], dynamic])
+        requested, current = self._requested[i], self._current[i]
+        static = self.static[i]
+        row = np.empty(len(static) + DYNAMIC_FEATURES, dtype=np.float32)
+        row[:len(static)] = static
+        row[len(static):] = (gpus / max(self.total, 1), _log1p_quarter(gpus), min(gpus / requested, 2.0) / 2,
+                             gpus >= requested, gpus == 0, gpus == current, gpus < current,
+                             *self._gain_features(i, gpus))
+        return row
 
     def mask(self, given: np.ndarray) -> np.ndarray:
         """1 for every legal action (STOP last, always legal): a job below its limit while a GPU is free."""
