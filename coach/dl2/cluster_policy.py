@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from coach.dl2 import CLUSTER_MODEL, CLUSTER_IMITATION_MODEL, ModelFileError
-from coach.dl2.cluster_round import GPU_SHAPE, WINDOW, Round, SpeedCache
+from coach.dl2.cluster_round import GPU_SHAPE, WINDOW, GoodputCache, Round, SpeedCache
 from coach.simulator.grants import requested_grant
 from coach.simulator.view import ClusterSnapshot, Grant
 
@@ -86,9 +86,10 @@ class Dl2ClusterPolicy:
     window: int = WINDOW
     elastic: bool = True
     speeds: SpeedCache = field(default_factory=dict)
+    goodputs: GoodputCache = field(default_factory=dict)
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
-        round_ = Round(snapshot, self.speeds, self.window)
+        round_ = Round(snapshot, self.speeds, self.window, self.goodputs)
         return grants_of(round_, decide(self.net, round_))
 
 

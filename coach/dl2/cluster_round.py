@@ -27,7 +27,7 @@ from typing import MutableMapping
 import numpy as np
 
 from coach.dl2.observation import Observation, Shape
-from coach.simulator.grants import fit_batch, gpu_cap, requested_gpus
+from coach.simulator.grants import fit_batch, gpu_cap, requested_gpus, stage
 from coach.simulator.view import AppModel, ClusterSnapshot, ClusterJobView, packed_nodes
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")  # any other application: a seventh slot
@@ -41,6 +41,11 @@ _CAP = 10.0  # every feature is clipped to [-_CAP, _CAP] (an infinite remaining 
 
 #: (id(app), gpus, nodes, batch) -> (app, samples/s); the app is held so that its id stays unique
 SpeedCache = MutableMapping[tuple[int, int, int, int], tuple[AppModel, float]]
+
+
+#: (id(app), requested batch, stage of training, gpus, GPUs per node) -> (app, M0-samples/s at the batch fitted to
+#: those GPUs): what a job's remaining time divides by, the same for every job of that application at that stage
+GoodputCache = MutableMapping[tuple[int, int, float, int, int], tuple[AppModel, float]]
 
 
 #: the simulator's GPU jobs (Round): one action kind per job, one more GPU
@@ -69,14 +74,16 @@ def _log1p_quarter(gpus: int) -> float:
 class Round:
     """One scheduling round's window and everything about it that the GPUs given so far do not change."""
 
-    def __init__(self, snapshot: ClusterSnapshot, speeds: SpeedCache | None = None, window: int = WINDOW):
+    def __init__(self, snapshot: ClusterSnapshot, speeds: SpeedCache | None = None, window: int = WINDOW,
+                 goodputs: GoodputCache | None = None):
         self.snapshot = snapshot
         self.window = window
         self.jobs: tuple[ClusterJobView, ...] = snapshot.jobs[:window]
         self.total = snapshot.total_gpus
         self.per_node = snapshot.gpus_per_node
         self.speeds: SpeedCache = {} if speeds is None else speeds
-        self._efficiency: dict[tuple[int, int], float] = {}
+        self.goodputs: GoodputCache = {} if goodputs is None else goodputs
+        self._stages = [(id(job.app), job.requested_batch, stage(job)) for job in self.jobs]
         self._remaining: dict[tuple[int, int], float] = {}
         n = len(self.jobs)
         total = max(self.total, 1)
@@ -122,11 +129,14 @@ class Round:
         remaining = self._remaining.get((i, gpus))
         if remaining is None:
             job = self.jobs[i]
-            batch = fit_batch(job.app, gpus, job.requested_batch)
-            efficiency = self._efficiency.get((i, batch))
-            if efficiency is None:
-                efficiency = self._efficiency[i, batch] = float(job.app.efficiency(batch, job.progress))
-            speed = self._throughput(job.app, gpus, packed_nodes(gpus, self.per_node), batch) * efficiency
+            key = (*self._stages[i], gpus, self.per_node)
+            found = self.goodputs.get(key)
+            if found is None:  # efficiency depends on the progress only through its stage (grants.stage)
+                batch = fit_batch(job.app, gpus, job.requested_batch)
+                efficiency = float(job.app.efficiency(batch, job.progress))
+                speed = self._throughput(job.app, gpus, packed_nodes(gpus, self.per_node), batch) * efficiency
+                found = self.goodputs[key] = (job.app, speed)
+            speed = found[1]
             remaining = self._remaining[i, gpus] = job.remaining_progress / speed if speed > 0 else math.inf
         return remaining
 
