@@ -58,3 +58,22 @@ def test_a_run_that_has_finished_no_job_yet_says_that(monkeypatch):
 def test_a_run_of_seconds_says_nothing(monkeypatch):
     said, _ = rounds(monkeypatch, [(0.0, 160), (ESTIMATE_AFTER_S, 40), (ESTIMATE_AFTER_S + 0.5, 0)])
     assert said == []
+
+
+def test_a_long_run_says_every_minute_how_far_it_is_at_the_last_minutes_pace(monkeypatch):
+    # a trace that gets slower as its queue builds: 100 jobs in the first 3 s, then 9,900 in the next minute, then
+    # none in the minute after
+    steps = [(0.0, 100_000), (ESTIMATE_AFTER_S, 99_900), (ESTIMATE_AFTER_S + 30, 95_000),
+             (ESTIMATE_AFTER_S + output.UPDATE_EVERY_S, 90_000), (ESTIMATE_AFTER_S + 2 * output.UPDATE_EVERY_S, 90_000)]
+    said, passed = rounds(monkeypatch, steps)
+    assert said == [
+        "coach simulate: 100000 jobs, about 50 min more at this pace (Ctrl-C stops it and writes nothing)",
+        "coach simulate: 10000 of 100000 jobs done, 0.2 h simulated, about 9 min more at the last 1 min's pace",
+        "coach simulate: 10000 of 100000 jobs done, 0.3 h simulated, no job finished in the last interval"]
+    assert len(passed) == len(steps)
+
+
+def test_a_run_that_looked_short_says_nothing_later_either(monkeypatch):
+    steps = [(0.0, 1000), (ESTIMATE_AFTER_S, 900), (ESTIMATE_AFTER_S + output.UPDATE_EVERY_S, 899)]
+    said, _ = rounds(monkeypatch, steps)
+    assert said == []
