@@ -143,19 +143,12 @@ class Coach:
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     # what the greedy answered last round, and to what (_demand_key): most rounds ask the same again
     last_counts: tuple[tuple, dict[str, int]] | None = None
-    # job -> its speed adapter as the last round made it, and the cluster it was made for: a queued job's view is
-    # the same object from round to round (the engine's), and so is all the adapter holds
-    speeds: dict[str, _Speed] = field(default_factory=dict)
-    cluster: tuple[int, int, float] | None = None
 
     def allocate(self, snapshot: ClusterSnapshot) -> Mapping[str, Grant]:
         total, per_node = snapshot.total_gpus, snapshot.gpus_per_node
         used: dict[tuple[int, float, int], _Goodputs] = {}
         tables: dict[str, _Goodputs] = {}  # per job: its application's at its stage
         stages: dict[str, tuple[float, float]] = {}  # per job asked: (progress, stage), for the next round
-        speeds_now: dict[str, _Speed] = {}  # per job asked, for the next round
-        if self.cluster != (total, per_node, snapshot.price_per_gpu_s):
-            self.speeds, self.cluster = {}, (total, per_node, snapshot.price_per_gpu_s)
 
         def table(job: ClusterJobView, at: float | None = None) -> _Goodputs:
             known = tables.get(job.name)
@@ -170,20 +163,12 @@ class Coach:
             return _best(table(job).best, job, gpus, per_node)
 
         def speed_of(job: ClusterJobView) -> _Speed:
-            kept = self.speeds.get(job.name)
-            if kept is not None and kept.job is job:  # a queued job, as the engine last showed it: as it was
-                key = (id(job.app), kept.stage, per_node)
-                used[key] = tables[job.name] = kept.table  # the table the key finds (it was kept with the others)
-                stages[job.name] = (job.progress, kept.stage)
-                speeds_now[job.name] = kept
-                return kept
             seen = self.stages.get(job.name)  # a job that did not train since the last round is where it was
             at = seen[1] if seen is not None and seen[0] == job.progress else stage(job)
             stages[job.name] = (job.progress, at)
             held = table(job, at)
-            speed = speeds_now[job.name] = _Speed(job, held.best, per_node, snapshot.price_per_gpu_s,
-                                                  _unlimited(job.remaining_budget), at, gpu_cap(job, total), held)
-            return speed
+            return _Speed(job, held.best, per_node, snapshot.price_per_gpu_s, _unlimited(job.remaining_budget), at,
+                          gpu_cap(job, total), held)
 
         speeds: list[_Speed] = []
         order = snapshot.jobs if not self.least_attained_first else sorted(
@@ -208,7 +193,7 @@ class Coach:
             job = jobs[name]
             if 0 < job.gpus < gpus and not self._pays(job, best(job, job.gpus)[1], best(job, gpus)[1]):
                 counts[name] = job.gpus  # the restart would cost more than the growth saves: keep what it has
-        self.goodputs, self.stages, self.speeds = used, stages, speeds_now
+        self.goodputs, self.stages = used, stages
         return {name: Grant(gpus, best(jobs[name], gpus)[0]) for name, gpus in counts.items()}
 
     def _counts(self, speeds: list[_Speed], total: int, per_node: int) -> dict[str, int]:
