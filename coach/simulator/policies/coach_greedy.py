@@ -80,12 +80,9 @@ class _Greedy:
 
     def ordered(self, index: int, workers: int) -> list[_Step]:
         """The job's useful steps from `workers`, in the order allocate's _first_allowed tries them: +1 worker, and
-        with sizes every useful size, most gain per slot first (by_gain). allocate takes the first allowed."""
+        with sizes every useful size, most gain per slot first (by_gain). allocate takes the first allowed. Kept in
+        the job's memo, when it has one (`candidate` looks there first)."""
         job = self.jobs[index]
-        if job.memo is not None:
-            found = job.memo.get((workers, job.cap))
-            if found is not None:
-                return found
         now = self.speed(index, workers)
         one = self.step(index, workers, workers + 1, now)
         useful = [(one.gain / SLOTS_PER_STEP, workers + 1)] if one.utility > 0 else []  # step's gain per slot
