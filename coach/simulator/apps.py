@@ -25,16 +25,17 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator
-from scipy.optimize import least_squares
-from scipy.spatial import QhullError
 
 from coach.simulator.grants import fit_batch
 from coach.simulator.reading import read_input
 from coach.simulator.view import packed_nodes
 from coach.simulator.workloads import SimJob
+
+if TYPE_CHECKING:  # scipy is imported when first needed: a short simulation may never need it
+    from scipy.interpolate import LinearNDInterpolator
 
 #: Constants Pollux's simulator sets by hand (artifact simulator/applications.py and simulator.py); everything else
 #: comes from the traces: M0 = smallest validated batch, max batch = largest, local batch bounds = placements range.
@@ -136,6 +137,8 @@ def fit_perf_params(nodes: np.ndarray, replicas: np.ndarray, local_batch: np.nda
         return np.concatenate([np.log(compute_time_s(params, local_batch) / compute_s),
                                np.log(step_time_s(params, nodes, replicas, local_batch) / step_s)])
 
+    from scipy.optimize import least_squares
+
     scale = float(np.median(step_s))
     start = np.array([math.log(scale / 2), math.log(scale / 2 / max(float(np.median(local_batch)), 1.0)),
                       math.log(scale / 4), math.log(scale / 100), math.log(scale / 8), math.log(scale / 100), 2.0])
@@ -156,16 +159,59 @@ class StepTimes:
     """Step and sync time at any (nodes, replicas, per-GPU batch), the way Pollux's simulator takes them as truth:
     1-D interpolation over the per-GPU batch of the measurements with exactly these nodes and replicas (averaged
     over placements of that shape), else linear interpolation in (nodes, replicas, per-GPU batch) over all of them,
-    else (outside the measured hull, e.g. a per-GPU batch below the smallest measured) the fitted model."""
+    else (outside the measured hull, e.g. a per-GPU batch below the smallest measured) the fitted model.
+
+    The scattered interpolation and the fitted model are built on first use: many runs never leave the measured
+    shapes, and the fit takes a good part of a short simulation's start. A fit that fails is an AppTraceError
+    naming `source` then, not at reading."""
 
     lines: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # (nodes, replicas) -> batch, step, sync
     points: np.ndarray  # (nodes, replicas, per-GPU batch) of every averaged measurement, shape (n, 3)
     values: np.ndarray  # (step s, sync s) at those points, shape (n, 2)
-    scattered: LinearNDInterpolator | None  # over points -> values (NaN outside their hull); None if they are flat
-    perf: PerfParams  # the fitted model, for what was not measured
-    fit_error: float  # median relative error of the fitted model's step time over all measurements
-    interpolation_error: float  # the same for the interpolated table (placements of one shape differ)
+    measured: tuple[np.ndarray, ...]  # (nodes, replicas, per-GPU batch, step s) of every measurement
+    source: str = ""  # the file the measurements came from, for the fit's error
     sampled: set = field(default_factory=set)  # (nodes, replicas) shapes whose line was sampled from `scattered`
+
+    @functools.cached_property
+    def scattered(self) -> LinearNDInterpolator | None:
+        """Linear interpolation over points -> values (NaN outside their hull); None if the points are flat."""
+        from scipy.interpolate import LinearNDInterpolator
+        from scipy.spatial import QhullError
+
+        try:
+            return LinearNDInterpolator(self.points, self.values)
+        except (QhullError, ValueError):  # all measurements in one plane (e.g. one node count): no volume to fill
+            return None
+
+    @functools.cached_property
+    def perf(self) -> PerfParams:
+        """The model fitted to the averages (a third of the rows, the same information), for what was not
+        measured."""
+        mean_compute_s = self.values[:, 0] - self.values[:, 1]
+        usable = mean_compute_s > 0
+        points = self.points[usable]
+        try:
+            return fit_perf_params(points[:, 0], points[:, 1], points[:, 2], mean_compute_s[usable],
+                                   self.values[usable, 0])
+        except (ValueError, FloatingPointError) as exc:  # values within bounds that still defeat the fit
+            raise AppTraceError(f"{self.source}:0:0: cannot fit the step-time model ({exc})") from None
+
+    @functools.cached_property
+    def fit_error(self) -> float:
+        """Median relative error of the fitted model's step time over all measurements."""
+        nodes, replicas, local_batch, step_s = self.measured
+        return float(np.median(np.abs(step_time_s(self.perf, nodes, replicas, local_batch) / step_s - 1.0)))
+
+    @functools.cached_property
+    def interpolation_error(self) -> float:
+        """The same for the interpolated table: every measurement lies on its own (nodes, replicas) line, so this
+        is the spread of placements of one shape."""
+        nodes, replicas, local_batch, step_s = self.measured
+        table_step = np.empty(len(step_s))
+        for (n, r), (batches, steps, _) in self.lines.items():
+            rows = (nodes == n) & (replicas == r)
+            table_step[rows] = np.interp(local_batch[rows], batches, steps)
+        return float(np.median(np.abs(table_step / step_s - 1.0)))
 
     def step_and_sync_s(self, nodes: int, replicas: int, local_batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         local_batch = np.asarray(local_batch, dtype=float)
@@ -210,8 +256,9 @@ class StepTimes:
 
 
 def build_step_times(nodes: np.ndarray, replicas: np.ndarray, local_batch: np.ndarray, step_s: np.ndarray,
-                     sync_s: np.ndarray) -> StepTimes:
-    """Average the measurements per (nodes, replicas, per-GPU batch) and fit the model to all of them."""
+                     sync_s: np.ndarray, source: str = "") -> StepTimes:
+    """Average the measurements per (nodes, replicas, per-GPU batch); the model is fitted to them when first asked
+    for (StepTimes.perf)."""
     table = np.column_stack([nodes, replicas, local_batch])
     points, inverse = np.unique(table, axis=0, return_inverse=True)  # sorted by nodes, replicas, batch
     inverse = inverse.reshape(-1)
@@ -221,23 +268,8 @@ def build_step_times(nodes: np.ndarray, replicas: np.ndarray, local_batch: np.nd
     ends = np.append(starts[1:], len(points))
     lines = {(int(n), int(r)): (points[a:b, 2], values[a:b, 0], values[a:b, 1])
              for (n, r), a, b in zip(shapes, starts, ends)}
-    # The fallback model is fitted to the averages (a third of the rows, the same information).
-    mean_compute_s = values[:, 0] - values[:, 1]
-    usable = mean_compute_s > 0
-    perf = fit_perf_params(points[usable, 0], points[usable, 1], points[usable, 2], mean_compute_s[usable],
-                           values[usable, 0])
-    fit_error = float(np.median(np.abs(step_time_s(perf, nodes, replicas, local_batch) / step_s - 1.0)))
-    # Every measurement lies on its own (nodes, replicas) line, so the table's error is the spread of placements.
-    table_step = np.empty(len(step_s))
-    for (n, r), (batches, steps, _) in lines.items():
-        rows = (nodes == n) & (replicas == r)
-        table_step[rows] = np.interp(local_batch[rows], batches, steps)
-    interpolation_error = float(np.median(np.abs(table_step / step_s - 1.0)))
-    try:
-        scattered: LinearNDInterpolator | None = LinearNDInterpolator(points, values)
-    except (QhullError, ValueError):  # all measurements in one plane (e.g. one node count): no volume to fill
-        scattered = None
-    return StepTimes(lines=lines, points=points, values=values, scattered=scattered, perf=perf, fit_error=fit_error, interpolation_error=interpolation_error)
+    return StepTimes(lines=lines, points=points, values=values, measured=(nodes, replicas, local_batch, step_s),
+                     source=source)
 
 
 @dataclass(frozen=True, eq=False)
@@ -454,12 +486,7 @@ def _load_app(traces_dir: str, name: str) -> App:
     if not folder.is_dir():
         raise AppTraceError(f"{folder}:0:0: no such application folder")
     overrides = _OVERRIDES.get(name, {})
-    try:
-        steps = build_step_times(*_read_step_times(folder))
-    except (ValueError, FloatingPointError) as exc:  # values within bounds that still defeat the fit: one line
-        if isinstance(exc, AppTraceError):
-            raise
-        raise AppTraceError(f"{folder / 'placements.csv'}:0:0: cannot fit the step-time model ({exc})") from None
+    steps = build_step_times(*_read_step_times(folder), source=str(folder / "placements.csv"))
     grads, end_steps = _read_validation(folder)
     init_batch = int(grads.batch_sizes[0])
     max_batch = int(grads.batch_sizes[-1])

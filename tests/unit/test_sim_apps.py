@@ -101,6 +101,24 @@ def test_throughput_beyond_the_measurements_uses_the_fitted_model(tmp_path: Path
     assert app.throughput(1, 1, 2) == pytest.approx(2 / float(step_time_s(TRUE, 1, 1, 2)), rel=0.03)
 
 
+def test_the_model_is_fitted_only_when_an_allocation_leaves_the_measurements(tmp_path: Path, monkeypatch) -> None:
+    """Reading fits nothing (a short run may never leave the measured shapes); a fit that fails when it is needed
+    is one line naming the file."""
+    import coach.simulator.apps as apps_module
+
+    def failing_fit(*_args):
+        raise ValueError("Residuals are not finite in the initial point.")
+
+    monkeypatch.setattr(apps_module, "fit_perf_params", failing_fit)
+    root = make_traces(tmp_path)
+    app = load_app(root, "toy")
+    assert app.throughput(1, 1, 10) > 0  # measured: no fit asked for
+    with pytest.raises(AppTraceError) as caught:
+        app.throughput(1, 1, 2)  # a per-GPU batch below every measurement
+    assert str(caught.value) == (f"{(root / 'toy' / 'placements.csv').resolve()}:0:0: cannot fit the step-time "
+                                 f"model (Residuals are not finite in the initial point.)")
+
+
 def test_efficiency_is_pollux_formula_on_interpolated_gradient_statistics(tmp_path: Path) -> None:
     app = load_app(make_traces(tmp_path), "toy")
     # Epoch 0 (progress < 100 M0-steps = 1000 M0-samples): batch 40 has sqr 2, var 2; E = (2+2) / (2 + 2*4).
