@@ -46,8 +46,9 @@ def decide(net: NumpyNet, round_: Round) -> np.ndarray:
     shares = (np.arange(free + 1) / max(round_.total, 1)).astype(np.float32).astype(np.float64)[:, None]
     shift = net.glob_w[:, 1:] @ globs[1:] + net.job_b + net.glob_w[:, 0] * shares
     head_shift = net.head_w[:, 2 * hidden + 1:] @ globs[1:] + net.head_b + net.head_w[:, 2 * hidden] * shares
-    head_pool, score_w, score_b = net.head_w[:, :2 * hidden], net.score_w[0], net.score_b[0]
-    blocked = np.where(given >= round_.caps, -np.inf, 0.0)  # a job at its limit may not be chosen
+    head_pool, score_w = net.head_w[:, :2 * hidden], net.score_w[0]
+    # the scores' bias, -inf for a job at its limit (not to be chosen): b + 0.0 is b, so s + bias is (s + b) + 0.0
+    bias = np.where(given >= round_.caps, -np.inf, 0.0) + net.score_b[0]
     h, pooled = np.empty_like(inputs), np.empty(2 * hidden)  # reused: this loop runs once per GPU handed out
     mean, most = pooled[:hidden], pooled[hidden:]  # views into pooled, made once
     stop_w, stop_b = net.stop_w, net.stop_b[0]
@@ -62,18 +63,16 @@ def decide(net: NumpyNet, round_: Round) -> np.ndarray:
         z += head_shift[free]
         stop = np.maximum(z, 0.0, out=z) @ stop_w + stop_b
         scores = h @ score_w
-        scores += score_b
-        scores += blocked
+        scores += bias
         best = int(scores.argmax())
         if not scores[best] >= stop:  # STOP is the last action: it wins only when strictly more likely
             break
         counts[best] += 1
         free -= 1
         if counts[best] >= caps[best]:
-            blocked[best] = -np.inf
+            bias[best] = -np.inf
         inputs[best] = net.job_w @ round_.job_row(best, counts[best]).astype(np.float64)
     return np.array(counts, dtype=np.int64)
-    return given
 
 
 def grants_of(round_: Round, given: np.ndarray) -> dict[str, Grant]:
