@@ -208,7 +208,10 @@ class StepTimes:
         is the spread of placements of one shape."""
         nodes, replicas, local_batch, step_s = self.measured
         table_step = np.empty(len(step_s))
-        for (n, r), (batches, steps, _) in self.lines.items():
+        for (n, r), line in self.lines.items():
+            if (n, r) in self.sampled:  # a line queries added (or None where the hull has none): no measurement
+                continue
+            batches, steps, _ = line
             rows = (nodes == n) & (replicas == r)
             table_step[rows] = np.interp(local_batch[rows], batches, steps)
         return float(np.median(np.abs(table_step / step_s - 1.0)))

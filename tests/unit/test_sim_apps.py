@@ -119,6 +119,18 @@ def test_the_model_is_fitted_only_when_an_allocation_leaves_the_measurements(tmp
                                  f"model (Residuals are not finite in the initial point.)")
 
 
+def test_the_error_figures_describe_the_measurements_whatever_was_asked_before(tmp_path: Path) -> None:
+    """The figures are worked out when first read, after allocations may have added lines for shapes nobody
+    measured (or found none outside the hull): those must not enter, nor break, them."""
+    asked = load_app(make_traces(tmp_path / "asked"), "toy")
+    assert asked.throughput(3, 2, 30) > 0  # 2 nodes, 3 replicas: not measured, inside the hull
+    assert asked.throughput(64, 1, 640) > 0  # 64 replicas on one node: outside the hull, the fitted model
+    assert (2, 3) in asked.steps.sampled and asked.steps.lines[1, 64] is None
+    fresh = load_app(make_traces(tmp_path / "fresh"), "toy")
+    assert asked.steps.interpolation_error == fresh.steps.interpolation_error
+    assert asked.steps.fit_error == fresh.steps.fit_error
+
+
 def test_efficiency_is_pollux_formula_on_interpolated_gradient_statistics(tmp_path: Path) -> None:
     app = load_app(make_traces(tmp_path), "toy")
     # Epoch 0 (progress < 100 M0-steps = 1000 M0-samples): batch 40 has sqr 2, var 2; E = (2+2) / (2 + 2*4).
