@@ -31,6 +31,7 @@ from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
 from coach.dl2 import imitation_model
+from coach.dl2.checkpoint import CHECKPOINT_VERSION, checkpoint_dir, jsonable, load_checkpoint
 from coach.dl2.cluster_policy import decide, grants_of
 from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
 from coach.dl2.imitation import (
@@ -44,7 +45,6 @@ from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
 from coach.dl2.numpy_net import NumpyNet
 from coach.dl2.observation import Observation
 from coach.dl2.training import (
-    CHECKPOINT_VERSION,
     Decisions,
     ProgressCallback,
     action_accuracy,
@@ -52,10 +52,7 @@ from coach.dl2.training import (
     atomic_write,
     check_ranges,
     check_state,
-    checkpoint_dir,
     imitation_epochs,
-    jsonable,
-    load_checkpoint,
     load_network,
     load_trainer,
     save_checkpoint,

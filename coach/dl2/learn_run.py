@@ -35,13 +35,13 @@ from threadpoolctl import threadpool_limits
 
 from coach.app.virtual_run import START_S, run_virtual
 from coach.dl2 import imitation_model
+from coach.dl2.checkpoint import CHECKPOINT_VERSION, checkpoint_dir, load_checkpoint
 from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
 from coach.dl2.numpy_net import NumpyNet
 from coach.dl2.observation import Observation
 from coach.dl2.run_policy import RUN_TEACHERS, Dl2RunPolicy, asking_round, learns
 from coach.dl2.run_round import COUNTS_SHAPE, KINDS, CountsRound, counts_by, teacher_steps
 from coach.dl2.training import (
-    CHECKPOINT_VERSION,
     Decisions,
     ProgressCallback,
     action_accuracy,
@@ -49,9 +49,7 @@ from coach.dl2.training import (
     atomic_write,
     check_ranges,
     check_state,
-    checkpoint_dir,
     imitation_epochs,
-    load_checkpoint,
     load_network,
     load_trainer,
     save_checkpoint,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,12 +20,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from coach.dl2.network import ActorCritic
-from coach.dl2.params_file import MAX_MODEL_BYTES
 from coach.dl2.observation import Observation, pad, padded_action
-from coach.inputs.limits import (MAX_STATE_BYTES, FileTooLarge, NotRegularFile, file_problem, open_regular,
-                                  read_capped)
-
-CHECKPOINT_VERSION = 2  # 2: the optimiser's state as MXNet arrays, not pickled (save_trainer)
 
 #: (phase, done, total, metrics of the last step): what a progress bar shows
 ProgressCallback = Callable[[str, int, int, Mapping[str, float]], None]
@@ -145,10 +140,6 @@ def actor_critic_pass(net: ActorCritic, trainer: gluon.Trainer, steps: Sequence[
 # Checkpoints
 
 
-def checkpoint_dir(out: Path) -> Path:
-    return out.with_name(out.name + ".ckpt")
-
-
 def atomic_write(path: Path, text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
@@ -263,39 +254,6 @@ def _trainer_arrays(arrays, shapes: Mapping[int, tuple], path: Path) -> tuple[di
     return states, {i: c for i, c in counts.items() if i >= 0}, counts[-1]
 
 
-def load_checkpoint(folder: Path, settings) -> dict | None:
-    """The checkpoint's state, None without one; ValueError when it was written by another version or under other
-    `settings` (a frozen dataclass: every field must match)."""
-    path = folder / "state.json"
-    if not path.exists():
-        return None
-    state = _read_state(path)
-    for name in ("net.params", "trainer.states"):  # what the trainers load next, by path, with MXNet
-        try:
-            open_regular(folder / name, MAX_MODEL_BYTES).close()
-        except (FileTooLarge, NotRegularFile, OSError) as error:
-            raise ValueError(f"{folder / name}: (file): {file_problem(error)}") from None
-    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-        state = state if isinstance(state, dict) else {}
-        raise ValueError(f"{path}: checkpoint version {state.get('version')!r}, expected {CHECKPOINT_VERSION}")
-    saved = state.get("settings", {})
-    differs = [f.name for f in fields(settings) if jsonable(getattr(settings, f.name)) != saved.get(f.name)]
-    if differs:
-        raise ValueError(f"{path}: made with other settings ({', '.join(differs)}); resume with the same ones, "
-                         f"or delete {folder}")
-    return state
-
-
-def _read_state(path: Path) -> Any:
-    """state.json's value, read under MAX_STATE_BYTES (regular files only); ValueError naming the file."""
-    try:
-        return json.loads(read_capped(path, MAX_STATE_BYTES).decode("utf-8"))
-    except (FileTooLarge, NotRegularFile, OSError) as error:
-        raise ValueError(f"{path}: (file): {file_problem(error)}") from None
-    except (ValueError, RecursionError) as error:
-        raise ValueError(f"{path}: (file): not a checkpoint's state ({type(error).__name__})") from None
-
-
 #: What a checkpoint's state.json may hold beside version, settings, phase and done, by kind of value: "numbers" a
 #: list of numbers, "number?" a number or null, "figures" / "figures?" an object of numbers (or null), "nested" an
 #: object of such objects, "figure-list" a list of them, "text" a string. A trainer names its keys and their kinds.
@@ -347,10 +305,6 @@ def check_state(state: dict, path: Path, totals: Mapping[str, int], kinds: Mappi
 def short_repr(value) -> str:
     text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def jsonable(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 # ---------------------------------------------------------------------------------------------------------------

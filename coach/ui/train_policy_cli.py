@@ -80,6 +80,10 @@ def cmd_train_policy(args) -> int:
         return fail([f"--out: {args.out}: {problem}"])
     progress, on_progress = _progress(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     try:
+        if args.resume:  # a broken checkpoint is refused before the trainers spend seconds importing MXNet
+            from coach.dl2.checkpoint import checkpoint_dir, stored_state
+
+            stored_state(checkpoint_dir(out))
         report = TRAINERS[args.level](args, out, on_progress)
     except ValueError as error:  # workloads, traces, settings, a checkpoint of other settings: one line each
         return fail([" ".join(str(error).split())])

@@ -23,3 +23,19 @@ def test_a_light_command_imports_no_mxnet(argv):
              "print('mxnet' in sys.modules)" % (argv,))
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "False", (done.stdout, done.stderr[-500:])
+
+
+@pytest.mark.parametrize("level", ["run", "cluster"])
+def test_train_policy_refuses_a_broken_checkpoint_before_importing_mxnet(tmp_path, level):
+    """`--resume` with a checkpoint whose state is not JSON: one line naming the file, exit 2, in a fraction of
+    the seconds the trainers take to import."""
+    folder = tmp_path / "model.params.ckpt"
+    folder.mkdir()
+    (folder / "state.json").write_text("{not json")
+    argv = ["train-policy", "--level", level, "--imitate", "coach" if level == "run" else "drf", "--out",
+            str(tmp_path / "model.params"), "--resume", "--quiet"]
+    probe = ("import sys\nfrom coach.ui.cli import main\ntry:\n    code = main(%r)\nexcept SystemExit as exit:\n"
+             "    code = exit.code\nprint(code, 'mxnet' in sys.modules)" % (argv,))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "2 False", (done.stdout, done.stderr[-500:])
+    assert done.stderr.strip() == f"{folder / 'state.json'}: (file): not a checkpoint's state (JSONDecodeError)"

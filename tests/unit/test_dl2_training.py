@@ -12,7 +12,7 @@ from mxnet import nd
 
 from tests.support import needs, pollux_data
 from coach.dl2.learn_cluster import train
-from coach.dl2.training import checkpoint_dir
+from coach.dl2.checkpoint import checkpoint_dir
 from coach.dl2.cluster_policy import dl2
 
 WORKLOAD = pollux_data() / "workloads-0.5" / "workload-1.csv"  # 80 jobs over 8 hours
