@@ -2,7 +2,7 @@
 largest answer; a server that breaks them costs one line and exit 1, never memory or a hang.
 
 The CLI clients run as subprocesses under RLIMIT_AS against a local server that answers without end, drips a
-byte a second, or never answers; the limits are shortened in the subprocess (the module's LIMITS) so that the
+byte every 0.2 s, or never answers; the limits are shortened in the subprocess (the module's LIMITS) so that the
 deadline is seconds, and the assertions are on what the line says (the limit it names), not on the clock.
 """
 
@@ -25,14 +25,15 @@ from coach.net.http import MAX_ANSWER_BYTES, Limits, bounded_request, problem
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_BYTES = 1 << 30
-SHORT = "Limits(1.0, 2.0, 3.0, 1 << 20)"  # connect, read, deadline (s); bytes
+DRIP_S = 0.2  # between the bytes of a dripping answer: well within every read timeout below
+SHORT = "Limits(1.0, 1.0, 1.5, 1 << 20)"  # connect, read, deadline (s); bytes: a drip byte comes 5x within a read
 RUN = ("import sys; import coach.service.client as c; from coach.net.http import Limits; "
        f"c.LIMITS = {SHORT}; from coach.ui.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _serve(kind: str) -> tuple[socket.socket, int]:
-    """A server on 127.0.0.1 that answers every request `kind`ly: `endless` body, `drip` a byte a second (after its
-    headers), `drip-headers` (a byte a second of its status line and headers), `silent` (never a byte)."""
+    """A server on 127.0.0.1 that answers every request `kind`ly: `endless` body, `drip` a byte every DRIP_S (after
+    its headers), `drip-headers` (a byte every DRIP_S of its status line and headers), `silent` (never a byte)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -49,11 +50,11 @@ def _serve(kind: str) -> tuple[socket.socket, int]:
                 conn.sendall(head + b"\r\n")
                 while True:
                     conn.sendall(b" ")
-                    time.sleep(1.0)
+                    time.sleep(DRIP_S)
             elif kind == "drip-headers":
                 for byte in head + b"X-Slow: " + b"a" * 1000:
                     conn.sendall(bytes([byte]))
-                    time.sleep(1.0)
+                    time.sleep(DRIP_S)
             else:
                 time.sleep(60)
         except OSError:
@@ -93,9 +94,9 @@ def client(tmp_path: Path, argv: list[str], short: bool = True) -> subprocess.Co
 COMMANDS = {"status": ["status"], "submit": ["submit", "job.yaml"], "stop": ["stop", "tiny"],
             "logs": ["logs", "tiny"]}
 EXPECTED = {"endless": "answer larger than 1048576 bytes (the limit)",
-            "drip": "no complete answer within 3 s (the deadline)",
-            "drip-headers": "no complete answer within 3 s (the deadline)",
-            "silent": "no answer within 2 s"}
+            "drip": "no complete answer within 1.5 s (the deadline)",
+            "drip-headers": "no complete answer within 1.5 s (the deadline)",
+            "silent": "no answer within 1 s"}
 
 
 @pytest.mark.parametrize("server", list(EXPECTED), indirect=True)
@@ -122,21 +123,21 @@ def test_status_with_its_default_limits_refuses_an_endless_answer_at_its_cap(tmp
 def test_the_nuclio_dashboard_client_fails_as_a_value_naming_the_limit(server, request):
     from coach.platforms.nuclio import DEADLINE_READS, NuclioPlatform
 
-    platform = NuclioPlatform(server, image="coach:test", token="t", request_timeout_s=2.5, retries=1)
+    platform = NuclioPlatform(server, image="coach:test", token="t", request_timeout_s=1.0, retries=1)
     failure = platform._get("f")
     kind = request.node.callspec.params["server"]
-    words = {"endless": "answer larger than", "drip": f"no complete answer within {2.5 * DEADLINE_READS:g} s",
-             "drip-headers": f"no complete answer within {2.5 * DEADLINE_READS:g} s",
-             "silent": "no answer within 2.5 s"}[kind]
+    words = {"endless": "answer larger than", "drip": f"no complete answer within {1.0 * DEADLINE_READS:g} s",
+             "drip-headers": f"no complete answer within {1.0 * DEADLINE_READS:g} s",
+             "silent": "no answer within 1 s"}[kind]
     assert words in failure.message and server in failure.message, failure.message
 
 
 @pytest.mark.parametrize("server", ["drip-headers"], indirect=True)
 def test_the_deadline_holds_while_headers_drip(server):
-    limits = Limits(1.0, 2.0, 2.5, 1 << 20)
+    limits = Limits(1.0, 1.0, 1.5, 1 << 20)
     with pytest.raises(Exception) as raised:
         bounded_request("GET", server, limits)
-    assert problem(raised.value, limits) == "no complete answer within 2.5 s (the deadline)"
+    assert problem(raised.value, limits) == "no complete answer within 1.5 s (the deadline)"
 
 
 def test_a_server_that_is_not_a_url_is_refused_naming_the_option(tmp_path):
