@@ -473,26 +473,45 @@ def _missing_extra(command: str | None, error: ModuleNotFoundError) -> int:
     return EXIT_MISSING_EXTRA
 
 
+#: the signals `main`'s handler received: a KeyboardInterrupt raised inside an extension module's initialisation
+#: (numpy's, scipy's, on a lazy import) reaches `main` as an ImportError, which this tells apart from a real one
+_received: list[int] = []
+
+
+def _interrupt(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signature)
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     """Run one `coach` command; returns its exit code (argparse's own errors, --help and --version included).
     SIGINT and SIGTERM raise KeyboardInterrupt from the first line on (parsing and lazy imports included): one line,
     exit code 130, whatever the command was doing (its own handlers, if any, clean up first); a command that
-    handled the signal itself and returns 130 gets the same line."""
-    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)
+    handled the signal itself and returns 130 gets the same line, and so does any error a signal turned into."""
+    _received.clear()
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
                 if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays ignored (nohup, `cmd &`)
     try:
         code = _main(argv)
-        if code != EXIT_INTERRUPTED:
+        if code != EXIT_INTERRUPTED and not _received:
             return code
         raise KeyboardInterrupt  # a command that caught the signal itself (run, experiment, serve) ends the same way
     except KeyboardInterrupt:
-        print("coach: interrupted", file=sys.stderr)
-        if _STANDALONE:
-            _leave_interrupted()
-        return EXIT_INTERRUPTED
+        return _interrupted()
+    except Exception:
+        if not _received:
+            raise
+        return _interrupted()  # e.g. "ImportError: initialization failed" from a signal inside numpy's import
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # the command's exit (stdout's flush) still leaves quietly on a signal
+
+
+def _interrupted() -> int:
+    print("coach: interrupted", file=sys.stderr)
+    if _STANDALONE:
+        _leave_interrupted()
+    return EXIT_INTERRUPTED
 
 
 def _leave_interrupted() -> None:
@@ -522,15 +541,24 @@ def _main(argv) -> int:
         return _missing_extra(None, error)
     try:
         return args.func(args)
-    except BadInput as error:
+    except Exception as error:
+        if _received:  # whatever a signal turned into is the interruption, not a line of its own
+            raise KeyboardInterrupt from None
+        return _command_failure(args.command, error)
+
+
+def _command_failure(command: str, error: Exception) -> int:
+    """The exit code of a command that raised `error`, after its one line; a traceback only for a bug."""
+    if isinstance(error, BadInput):
         return _fail(error.lines)
-    except BrokenPipeError:  # the reader of stdout went away (`coach ... | head -1`): not bad input
+    if isinstance(error, BrokenPipeError):  # the reader of stdout went away (`coach ... | head -1`): not bad input
         stdout_closed()
         return 1
-    except (OSError, UnicodeDecodeError) as error:  # a user's file that no check foresaw: one line, no traceback
+    if isinstance(error, (OSError, UnicodeDecodeError)):  # a user's file that no check foresaw: one line
         return _fail([_file_error(error)])
-    except ModuleNotFoundError as error:  # an install without the extra this command needs (the scheduler image)
-        return _missing_extra(args.command, error)
+    if isinstance(error, ModuleNotFoundError):  # an install without the extra this command needs (the scheduler image)
+        return _missing_extra(command, error)
+    raise error
 
 
 if __name__ == "__main__":

@@ -395,3 +395,40 @@ def test_a_signal_while_the_command_imports_its_modules_is_one_line(signum, tmp_
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=TIMEOUT_S)
     assert (process.returncode, stderr) == (130, "coach: interrupted\n")
+
+
+#: A package standing in for one with C extensions: CPython turns a KeyboardInterrupt raised while an extension
+#: module initialises into an ImportError ("numpy._core.multiarray failed to import"), and so does this one
+INTERRUPTED_IMPORT = """
+import pathlib, signal, time
+pathlib.Path({marker!r}).write_text(signal.getsignal(signal.SIGTERM).__name__)
+try:
+    time.sleep(30)  # the signal comes now, while the command imports this package lazily
+except KeyboardInterrupt:
+    raise ImportError("initialization failed")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_that_an_import_turns_into_an_import_error_is_one_line(signum, tmp_path):
+    """`coach simulate` imports matplotlib only to draw its figures, after the simulation: a signal there surfaces
+    as an ImportError, which is still the interruption (exit 130, one line) and leaves no run folder."""
+    folder = tmp_path / "slow"
+    (folder / "matplotlib").mkdir(parents=True)
+    marker = tmp_path / "importing"
+    (folder / "matplotlib" / "__init__.py").write_text(INTERRUPTED_IMPORT.format(marker=str(marker)))
+    (tmp_path / "w.csv").write_text("name,time,application,num_replicas,batch_size\njob0,0,cifar10,1,128\n")
+    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "w.csv", "--policy", "fifo",
+                                "--results", "out", "--traces", str(TRACES), "--quiet"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": f"{folder}:{REPO}"}, preexec_fn=_limits)
+    deadline = time.monotonic() + TIMEOUT_S
+    while process.poll() is None and not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert marker.exists(), process.communicate(timeout=TIMEOUT_S)[1]
+    time.sleep(0.05)  # the marker is written before the sleep it interrupts
+    assert marker.read_text() == "_interrupt"  # main's handler, not the start-up one: the command is under way
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=TIMEOUT_S)
+    assert (process.returncode, stderr) == (130, "coach: interrupted\n")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
