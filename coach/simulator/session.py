@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.inputs.cluster import load_cluster
-from coach.simulator.apps import job_total_progress, load_apps
+from coach.simulator.apps import App, job_total_progress, load_apps
 from coach.simulator.engine import RESTART_S, Outcome, Simulator
 from coach.simulator.policies import CLUSTER_POLICIES
 from coach.simulator.results import START_S
@@ -99,13 +99,27 @@ def _budgets(jobs: list[SimJob], apps, totals, price_per_gpu_s: float, factor: f
     return budgets
 
 
-def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None) -> tuple[Outcome, int]:
+def _inputs(settings: Settings) -> tuple[list[SimJob], dict[str, App]]:
+    """The workload's jobs and the applications they run; WorkloadError / AppTraceError when either is bad."""
     jobs = load_workload(settings.workload, seed=settings.seed)
     apps = load_apps(traces_dir_for(settings.workload, settings.traces))
     unknown = sorted({job.app for job in jobs} - set(apps))
     if unknown:
         raise WorkloadError(f"{settings.workload}: application: no traces for {', '.join(unknown)} (no "
                             f"<traces>/<app>/placements.csv)")
+    return jobs, apps
+
+
+def check_inputs(settings: Settings) -> None:
+    """Read and check what `simulate` would read before its first round: the workload, its applications' traces
+    and the policy (a learned one's model file). WorkloadError, AppTraceError or ModelFileError, one line each; a
+    sweep checks every run's before it runs any."""
+    _inputs(settings)
+    CLUSTER_POLICIES[settings.policy](settings.seed)
+
+
+def _simulate(settings: Settings, on_round: Callable[[float, int], None] | None) -> tuple[Outcome, int]:
+    jobs, apps = _inputs(settings)
     per_node = max(node.slots for node in settings.cluster.nodes)
     totals = {job.name: job_total_progress(job, apps[job.app], per_node) for job in jobs}
     cluster = settings.cluster

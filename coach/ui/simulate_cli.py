@@ -14,7 +14,7 @@ from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
 from coach.ui.errors import fail, integer, number
-from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir
+from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir, write_run
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
@@ -40,7 +40,6 @@ def _results_problem(results_dir: Path) -> str | None:
 
 
 def cmd_simulate(args) -> int:
-    from coach.simulator import results
     from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.simulator.apps import AppTraceError
@@ -76,7 +75,7 @@ def cmd_simulate(args) -> int:
     elapsed_s = time.perf_counter() - started
     run_dir = unique_dir(results_dir, settings.run_id)
     try:
-        summary = _write_whole(results, run_dir, outcome, settings)
+        summary = write_run(run_dir, outcome, settings)
     except OSError as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
         return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
     if args.quiet:
@@ -96,24 +95,6 @@ def cmd_simulate(args) -> int:
           f"allocation before)")
     print(f"results: {run_dir}")
     return 0
-
-
-def _write_whole(results, run_dir: Path, outcome, settings) -> dict:
-    """results.write into a hidden temporary folder beside run_dir, renamed to run_dir once complete: a Ctrl-C, a
-    SIGTERM or a full disk while thousands of logs are written leaves no half run folder (the temporary one is
-    removed)."""
-    import shutil
-
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    partial = run_dir.parent / f".{run_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)  # a leftover of a killed (SIGKILL) process of the same id
-    partial.mkdir()  # the umask's mode, as the run folder's
-    try:
-        summary = results.write(partial, outcome, settings.run_id, settings.as_dict())
-        os.rename(partial, run_dir)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)  # gone already when renamed
-    return summary
 
 
 def _policy_list(text: str) -> list[str]:

@@ -4,10 +4,14 @@ take (a million-job workload is valid input but takes hours on 2 cores)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 REFRESH_S = 0.1  # the progress bar is redrawn at most this often
 ESTIMATE_AFTER_S = 3.0  # wall seconds of progress an estimate is made from
@@ -16,12 +20,36 @@ UPDATE_EVERY_S = 60.0  # and then says again how far it is, this often
 
 
 def unique_dir(base: Path, run_id: str) -> Path:
-    """results/<run_id>, or -2, -3...: an earlier run's folder is never written over."""
+    """results/<run_id>, or -2, -3...: an earlier run's folder is never written over (nor a link by that name,
+    even one pointing nowhere)."""
     candidate, n = base / run_id, 1
-    while candidate.exists():
+    while os.path.lexists(candidate):
         n += 1
         candidate = base / f"{run_id}-{n}"
     return candidate
+
+
+def write_whole(folder: Path, write: Callable[[Path], T]) -> T:
+    """`write` into a hidden temporary folder beside `folder`, renamed to `folder` once complete: a Ctrl-C, a
+    SIGTERM or a full disk while thousands of logs are written leaves no half folder (the temporary one is
+    removed). OSError when it cannot be written."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)  # a leftover of a killed (SIGKILL) process of the same id
+    partial.mkdir()  # the umask's mode, as the folder's
+    try:
+        written = write(partial)
+        os.rename(partial, folder)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)  # gone already when renamed
+    return written
+
+
+def write_run(run_dir: Path, outcome, settings) -> dict:
+    """One simulated run's folder (its logs, summary and figures), whole or not at all; its summary."""
+    from coach.simulator import results
+
+    return write_whole(run_dir, lambda folder: results.write(folder, outcome, settings.run_id, settings.as_dict()))
 
 
 def progress_bar(quiet: bool, label: str = "simulating"):

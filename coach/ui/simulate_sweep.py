@@ -97,10 +97,10 @@ def _table(rows: list[dict], pairs: list[dict]) -> str:
 
 
 def _write(sweep_dir: Path, rows: list[dict], pairs: list[dict], series: list, settings: dict) -> str:
+    """The comparison's files into `sweep_dir` (an empty folder); the table."""
     from coach.analysis import plots
     from coach.storage.results import write_json_atomic
 
-    sweep_dir.mkdir(parents=True)
     write_json_atomic(sweep_dir / "comparison.json", {**settings, "runs": rows, "paired": pairs})
     table = _table(rows, pairs)
     (sweep_dir / "comparison.md").write_text(table, encoding="utf-8")
@@ -109,23 +109,53 @@ def _write(sweep_dir: Path, rows: list[dict], pairs: list[dict], series: list, s
     return table
 
 
+def _same_names(workloads: list[Path]) -> str | None:
+    """Why these workloads cannot be compared in one sweep (two of one name: their runs' labels and the pooled
+    jobs' keys would collide), or None."""
+    seen: dict[str, Path] = {}
+    for workload in workloads:
+        other = seen.setdefault(workload.stem, workload)
+        if other is not workload:
+            return (f"{workload}: (WORKLOAD): named {workload.stem!r} as {other} is; the sweep's labels would "
+                    f"collide: give each workload its own file name")
+    return None
+
+
+def _settings(args, cluster, workload: Path, policy: str):
+    from coach.simulator.session import Settings
+
+    return Settings(workload, cluster, policy, args.scheduler, args.interval, args.seed,
+                    Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
+
+
 def cmd_sweep(args, cluster) -> int:
-    """Run every (workload, policy); write each run and one comparison. Exit code as `coach simulate`'s."""
+    """Run every (workload, policy); write each run and one comparison. Exit code as `coach simulate`'s. Every
+    workload and policy is read and checked before the first run: bad input writes nothing."""
     from coach.dl2 import ModelFileError
     from coach.simulator import results
     from coach.simulator.apps import AppTraceError
-    from coach.simulator.session import Settings, SimulationInputError, simulate
+    from coach.simulator.session import SimulationInputError, check_inputs, simulate
     from coach.simulator.workloads import WorkloadError
-    from coach.ui.simulate_output import progress_bar as _progress, unique_dir as _unique_dir
+    from coach.ui.simulate_output import (progress_bar as _progress, unique_dir as _unique_dir, write_run,
+                                          write_whole)
 
     results_dir, workloads, policies = Path(args.results), [Path(w) for w in args.workload], args.policy
+    problem = _same_names(workloads)
+    if problem is not None:
+        return fail([problem])
+    try:
+        for workload in workloads:
+            check_inputs(_settings(args, cluster, workload, policies[0]))
+        for policy in policies[1:]:
+            check_inputs(_settings(args, cluster, workloads[0], policy))
+    except (WorkloadError, SimulationInputError, AppTraceError, ModelFileError) as error:
+        return fail([str(error)])
     per_node = max(node.slots for node in cluster.nodes)
     rows, series, total, done = [], [], len(workloads) * len(policies), 0
     for workload in workloads:
         for policy in policies:
             done += 1
-            settings = Settings(workload, cluster, policy, args.scheduler, args.interval, args.seed,
-                                Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
+            settings = _settings(args, cluster, workload, policy)
             progress, on_round = _progress(args.quiet, f"run {done}/{total}: {policy} on {workload.stem}")
             started = time.perf_counter()
             try:
@@ -136,7 +166,10 @@ def cmd_sweep(args, cluster) -> int:
                 if progress is not None and progress.live.is_started:
                     progress.stop()
             run_dir = _unique_dir(results_dir, settings.run_id)
-            summary = results.write(run_dir, outcome, settings.run_id, settings.as_dict())
+            try:
+                summary = write_run(run_dir, outcome, settings)
+            except OSError as error:  # e.g. a full disk: the runs written before stay whole
+                return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
             label = _label(policy, workload, len(workloads))
             rows.append(_row(label, policy, workload, outcome, summary, per_node, args.restart_s))
             series.append((label, results.thinned(outcome.utilization)))
@@ -144,10 +177,13 @@ def cmd_sweep(args, cluster) -> int:
                 print(f"[{done}/{total}] {label}: {time.perf_counter() - started:.1f} s -> {run_dir}", file=sys.stderr)
     name = f"sweep-{workloads[0].stem[:60]}-{'-'.join(policies)[:80]}-{args.scheduler}-s{args.seed}"
     sweep_dir = _unique_dir(results_dir, name)
-    table = _write(sweep_dir, rows, _pairs(rows, policies),
-                   series, {"workloads": [str(w) for w in workloads], "policies": policies,
-                            "scheduler": args.scheduler, "cluster": cluster.name, "interval_s": args.interval,
-                            "restart_s": args.restart_s, "seed": args.seed})
+    pairs = _pairs(rows, policies)
+    chosen = {"workloads": [str(w) for w in workloads], "policies": policies, "scheduler": args.scheduler,
+              "cluster": cluster.name, "interval_s": args.interval, "restart_s": args.restart_s, "seed": args.seed}
+    try:
+        table = write_whole(sweep_dir, lambda folder: _write(folder, rows, pairs, series, chosen))
+    except OSError as error:
+        return fail([f"{sweep_dir}: (--results): cannot write ({error.strerror or error})"])
     if not args.quiet:
         print(table, end="")
     print(sweep_dir)

@@ -179,3 +179,38 @@ def test_several_policies_in_one_command_write_every_run_and_one_paired_comparis
                     "--restart-s", "10", "--interval", "120")[0] == 0
     assert (again_dir / sweep.name / "comparison.json").read_bytes() == (sweep / "comparison.json").read_bytes()
 
+
+
+def _tiny_workload(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("name,time,application,num_replicas,batch_size\njob0,0,cifar10,1,128\njob1,60,cifar10,2,256\n")
+    return path
+
+
+@pytest.mark.parametrize("second", ["bad", "missing", "same name"])
+def test_a_sweep_checks_every_workload_and_policy_before_it_runs_any(tmp_path, capsys, second):
+    """A bad second workload (or a missing one, or one named as the first, whose runs' labels would collide) is one
+    line and exit 2 before the first run: nothing is written."""
+    first = _tiny_workload(tmp_path / "a" / "w.csv")
+    other = {"bad": tmp_path / "b" / "bad.csv", "missing": tmp_path / "missing.csv",
+             "same name": _tiny_workload(tmp_path / "b" / "w.csv")}[second]
+    if second == "bad":
+        _tiny_workload(other).write_text("name,time,application,num_replicas,batch_size\njob0,-1,cifar10,1,128\n")
+    out_dir = tmp_path / "out"
+    code, out, err = simulate(capsys, str(first), str(other), "--policy", "fifo,drf", "--results", str(out_dir),
+                              "--traces", str(DATA / "traces"), "--quiet")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and str(other) in err, err
+    assert not out_dir.exists()
+
+
+def test_a_link_named_as_the_run_is_never_written_through(tmp_path, capsys):
+    """A link by the run's name, even one pointing nowhere, is an earlier entry: the run takes the next name."""
+    workload = _tiny_workload(tmp_path / "w.csv")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "sim-w-fifo-gang-pack-s0").symlink_to(tmp_path / "nowhere")
+    code, out, _ = simulate(capsys, str(workload), "--policy", "fifo", "--results", str(out_dir),
+                              "--traces", str(DATA / "traces"), "--quiet")
+    assert code == 0 and Path(out.strip()) == out_dir / "sim-w-fifo-gang-pack-s0-2"
+    assert (out_dir / "sim-w-fifo-gang-pack-s0").is_symlink() and not (tmp_path / "nowhere").exists()
