@@ -112,8 +112,8 @@ def fit_convergence(losses: Sequence[float]) -> ConvergenceFit | None:
     assert best is not None  # the starts are finite, so at least one fit has a finite cost
 
     a, b, c = float(best[0]) / scale, float(best[1]) / scale, float(best[2]) * scale
-    fit = ConvergenceFit(a=a, b=b, c=c, epochs=len(kept), rms_error=0.0)
-    rms_error = math.sqrt(float(np.mean((np.array([fit.loss_at(epoch) for epoch in k]) - y) ** 2)))
+    # in units of the largest loss too: squaring losses near 1e300 would overflow
+    rms_error = scale * math.sqrt(float(np.mean(residual(best) ** 2)))
     return ConvergenceFit(a=a, b=b, c=c, epochs=len(kept), rms_error=rms_error)
 
 

@@ -246,7 +246,13 @@ def cmd_plan(args) -> int:
     else:  # the job file fixes the counts
         out.update({"affordable": decided.affordable, "workers": decided.workers, "servers": decided.servers,
                     "reason": "the job file fixes workers and servers"})
-    print(json.dumps(out, indent=2))
+    from coach.storage.results import NonFiniteValue, standard_json
+
+    try:  # standard JSON: a history of absurd numbers can make a figure infinite
+        text = standard_json(out, f"{args.history}: (--history): the plan from this history was", indent=2)
+    except NonFiniteValue as error:
+        return _fail([str(error)])
+    print(text)
     return 0
 
 

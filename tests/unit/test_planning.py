@@ -122,6 +122,21 @@ def test_coach_plan_prints_the_fit_and_the_choice_as_json(job, tmp_path, capsys)
     assert printed["predicted_remaining_epochs"] >= 1
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e300])
+def test_coach_plan_prints_standard_json_whatever_the_losses_scale(job, tmp_path, capsys, scale):
+    """Losses near the largest float (valid numbers in a log) fit as well as any: no overflow warning, no
+    `Infinity` in the plan, and the fit's error scales with them."""
+    log = tmp_path / "dyn.jsonl"
+    records = [{**r, "loss": r["loss"] * scale} for r in history()]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    assert main(["plan", str(job.source), "--history", str(log), "--free-slots", "4", "--budget-left", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    printed = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in the plan"))
+    assert err == ""
+    assert math.isfinite(printed["convergence_fit"]["rms_error"] / scale)
+
+
 def test_coach_plan_names_a_broken_log_line(job, tmp_path, capsys):
     log = tmp_path / "dyn.jsonl"
     log.write_text(json.dumps(history()[0]) + "\n{not json\n")
