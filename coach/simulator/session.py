@@ -65,6 +65,14 @@ def traces_dir_for(workload: Path, traces: Path | None) -> Path:
                                f"give the folder with --traces")
 
 
+def name_part(text: str, max_bytes: int) -> str:
+    """`text` as part of a folder name: control characters (a newline would split the printed path) as `_`, and at
+    most `max_bytes` bytes of UTF-8, cut between characters, so that the whole name stays within the file system's
+    255 bytes however many bytes each character takes."""
+    cleaned = "".join("_" if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
+    return cleaned.encode("utf-8", errors="replace")[:max_bytes].decode("utf-8", errors="ignore")
+
+
 @dataclass(frozen=True)
 class Settings:
     workload: Path
@@ -80,7 +88,7 @@ class Settings:
     @property
     def run_id(self) -> str:
         """Deterministic, so that the same command writes the same summary."""
-        return f"sim-{self.workload.stem[:100]}-{self.policy}-{self.scheduler}-s{self.seed}"  # a folder name fits
+        return f"sim-{name_part(self.workload.stem, 100)}-{self.policy}-{self.scheduler}-s{self.seed}"
 
     def as_dict(self) -> dict:
         return {"workload": str(self.workload), "cluster": self.cluster.name, "gpus": self.cluster.total_slots,

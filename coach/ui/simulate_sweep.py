@@ -134,7 +134,7 @@ def cmd_sweep(args, cluster) -> int:
     from coach.dl2 import ModelFileError
     from coach.simulator import results
     from coach.simulator.apps import AppTraceError
-    from coach.simulator.session import SimulationInputError, check_inputs, simulate
+    from coach.simulator.session import SimulationInputError, check_inputs, name_part, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.ui.simulate_output import (progress_bar as _progress, unique_dir as _unique_dir, write_run,
                                           write_whole)
@@ -175,7 +175,7 @@ def cmd_sweep(args, cluster) -> int:
             series.append((label, results.thinned(outcome.utilization)))
             if not args.quiet:
                 print(f"[{done}/{total}] {label}: {time.perf_counter() - started:.1f} s -> {run_dir}", file=sys.stderr)
-    name = f"sweep-{workloads[0].stem[:60]}-{'-'.join(policies)[:80]}-{args.scheduler}-s{args.seed}"
+    name = f"sweep-{name_part(workloads[0].stem, 60)}-{'-'.join(policies)[:80]}-{args.scheduler}-s{args.seed}"
     sweep_dir = _unique_dir(results_dir, name)
     pairs = _pairs(rows, policies)
     chosen = {"workloads": [str(w) for w in workloads], "policies": policies, "scheduler": args.scheduler,

@@ -214,3 +214,17 @@ def test_a_link_named_as_the_run_is_never_written_through(tmp_path, capsys):
                               "--traces", str(DATA / "traces"), "--quiet")
     assert code == 0 and Path(out.strip()) == out_dir / "sim-w-fifo-gang-pack-s0-2"
     assert (out_dir / "sim-w-fifo-gang-pack-s0").is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("stem", ["€" * 80, "a\nb", "tab\there"], ids=["multibyte", "newline", "tab"])
+def test_any_legal_workload_file_name_gives_a_run_folder_on_one_line(tmp_path, capsys, stem):
+    """The run's folder takes at most 100 bytes of the workload's name (a 240-byte name of 3-byte characters is
+    legal; the folder name must stay within 255 bytes), and control characters become `_`."""
+    workload = _tiny_workload(tmp_path / f"{stem}.csv")
+    code, out, err = simulate(capsys, str(workload), "--policy", "fifo", "--results", str(tmp_path / "out"),
+                              "--traces", str(DATA / "traces"), "--quiet")
+    assert code == 0, err
+    (line,) = out.splitlines()
+    run_dir = Path(line)
+    assert run_dir.is_dir() and len(run_dir.name.encode()) <= 255
+    assert run_dir.name.startswith("sim-" + stem.replace("\n", "_").replace("\t", "_")[:33])
