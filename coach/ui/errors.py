@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Callable, NoReturn
@@ -141,6 +142,31 @@ def http_url(text: str) -> str:
 
 
 http_url.__name__ = "URL"
+
+
+MAX_PATH_BYTES = 4096  # Linux's PATH_MAX
+MAX_NAME_BYTES = 255  # and NAME_MAX: one component of a path
+
+
+def path_text(text: str) -> str:
+    """An argparse `type=` for a file or folder the user names: not empty (which would mean the current folder),
+    no NUL, within the lengths the file system takes; anything else is argparse's one-line error naming the
+    option (exit 2), not a file error about some path later."""
+    raw = os.fsencode(text)
+    if not raw.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    if b"\0" in raw:
+        raise argparse.ArgumentTypeError(f"expected a path, got one with a NUL byte: {short(text)}")
+    if len(raw) > MAX_PATH_BYTES:
+        raise argparse.ArgumentTypeError(f"a path of {len(raw)} bytes, longer than {MAX_PATH_BYTES} (the limit)")
+    longest = max(len(part) for part in raw.split(b"/"))
+    if longest > MAX_NAME_BYTES:
+        raise argparse.ArgumentTypeError(f"a name of {longest} bytes in {short(text)}, longer than "
+                                         f"{MAX_NAME_BYTES} (the limit)")
+    return text
+
+
+path_text.__name__ = "path"
 
 
 def percent(low: float, high: float) -> Callable[[str], float]:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
-from coach.ui.errors import fail, integer, number
+from coach.ui.errors import fail, integer, number, path_text
 from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir, write_run
 
 MAX_SEED = 2**32 - 1
@@ -120,10 +120,10 @@ def add_commands(sub, subparser, epilog: str) -> None:
 
     simulate = subparser(sub, "simulate", epilog=epilog,
                          help="simulate a workload of GPU jobs under a scheduling policy (Pollux workloads, Philly)")
-    simulate.add_argument("workload", metavar="WORKLOAD", nargs="+",
+    simulate.add_argument("workload", metavar="WORKLOAD", nargs="+", type=path_text,
                           help="a workload CSV (name,time,application,num_replicas,batch_size) or the Philly trace "
                                "(timestamp,duration,num_gpus,gpu_time,cluster)")
-    simulate.add_argument("--cluster", default="16x4", metavar="NxG|FILE",
+    simulate.add_argument("--cluster", default="16x4", metavar="NxG|FILE", type=path_text,
                           help="N nodes of G GPUs, or a cluster file whose slots are GPUs (default: %(default)s)")
     simulate.add_argument("--policy", required=True, type=_policy_list, metavar="POLICY[,POLICY...]",
                           help="scheduling policy, or several separated by commas (a sweep: one comparison of all "
@@ -138,13 +138,13 @@ def add_commands(sub, subparser, epilog: str) -> None:
                                "the Pollux artifact's)")
     simulate.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
                           help=f"seed (ties, the Philly application mapping), 0 <= N <= {MAX_SEED} (default: %(default)s)")
-    simulate.add_argument("--traces", metavar="DIR",
+    simulate.add_argument("--traces", metavar="DIR", type=path_text,
                           help="folder of the applications' traces (<app>/placements.csv...) (default: the workload's "
                                "folder, or traces/ beside its folder)")
     simulate.add_argument("--budget-factor", type=number(1.0, MAX_BUDGET_FACTOR), metavar="F",
                           help=f"give every job a budget of F times its cost at its own request, 1 <= F <= "
                                f"{MAX_BUDGET_FACTOR:g}; no job spends more (default: no budget)")
-    simulate.add_argument("--results", default="results", metavar="DIR",
+    simulate.add_argument("--results", default="results", metavar="DIR", type=path_text,
                           help="folder for results; the run goes to DIR/<run id>/ (default: %(default)s)")
     simulate.add_argument("--quiet", action="store_true", help="print only the results folder (default: off)")
     simulate.set_defaults(func=cmd_simulate)

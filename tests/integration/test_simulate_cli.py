@@ -112,10 +112,29 @@ def test_a_malformed_workload_is_one_line_naming_file_line_and_column(tmp_path, 
     (["--restart-s", "-1"], "argument --restart-s"),
     (["--seed", "-1"], "argument --seed"),
     (["--budget-factor", "nan"], "argument --budget-factor"),
+    (["--traces", ""], "argument --traces: expected a path, got an empty one"),
+    (["--cluster", ""], "argument --cluster: expected a path, got an empty one"),
+    (["--traces", "t" * 256], "argument --traces: a name of 256 bytes in"),
+    (["--traces", "t/" * 2100], "argument --traces: a path of 4200 bytes, longer than 4096 (the limit)"),
 ])
 def test_bad_options_are_one_line_and_exit_code_2(tmp_path, capsys, args, expected):
     argv = [str(HALF_LOAD), "--results", str(tmp_path)] + (args if "--policy" in args else ["--policy", "fifo", *args])
     code, out, err = simulate(capsys, *argv)
+    assert code == 2 and out == ""
+    assert expected in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["", "--results", "out"], "argument WORKLOAD: expected a path, got an empty one"),
+    ([str(HALF_LOAD), "--results", ""], "argument --results: expected a path, got an empty one"),
+    ([str(HALF_LOAD), "--results", "r" * 300], "argument --results: a name of 300 bytes in"),
+])
+def test_an_empty_or_overlong_path_is_refused_naming_its_argument(tmp_path, capsys, monkeypatch, argv, expected):
+    """An empty --results would write into the current folder, and a name past the file system's limit would fail
+    only after the simulation, naming a file instead of the option."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = simulate(capsys, *argv, "--policy", "fifo")
     assert code == 2 and out == ""
     assert expected in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
