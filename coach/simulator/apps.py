@@ -506,7 +506,7 @@ def _load_app(traces_dir: str, name: str) -> App:
 def _read_table(path: Path, header: tuple[str, ...]) -> list[tuple[int, list[str]]]:
     data = read_input(path, MAX_TRACE_BYTES, AppTraceError)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark, as spreadsheets save CSV, is not part of the header
     except UnicodeDecodeError as exc:
         raise AppTraceError(f"{path}:1:1: not UTF-8 ({exc.reason})") from None
     reader = csv.reader(text.splitlines())

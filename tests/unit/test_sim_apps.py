@@ -213,6 +213,16 @@ def test_bad_trace_files_are_one_line(tmp_path: Path, file: str, content: str, m
     assert str(caught.value) == f"{root.resolve() / 'toy' / file}:{message.split(':', 1)[1]}"
 
 
+def test_trace_files_saved_with_a_byte_order_mark_read_as_without(tmp_path: Path) -> None:
+    plain = load_app(make_traces(tmp_path / "plain"), "toy")
+    marked = make_traces(tmp_path / "marked")
+    for path in (marked / "toy").glob("*.csv"):
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    app = load_app(marked, "toy")
+    assert (app.init_batch, app.max_batch, app.throughput(2, 1, 20)) == (plain.init_batch, plain.max_batch,
+                                                                        plain.throughput(2, 1, 20))
+
+
 def test_missing_application(tmp_path: Path) -> None:
     with pytest.raises(AppTraceError, match="no such application folder"):
         load_app(make_traces(tmp_path), "gpt")
