@@ -495,6 +495,9 @@ def main(argv=None) -> int:
     exit code 130, whatever the command was doing (its own handlers, if any, clean up first); a command that
     handled the signal itself and returns 130 gets the same line, and so does any error a signal turned into."""
     _received.clear()
+    for name in ("stdout", "stderr"):  # started with one closed (`>&-`, `2>&-`): Python makes it None, and
+        if getattr(sys, name) is None:  # what the command says there goes nowhere, as asked, not into a crash
+            setattr(sys, name, open(os.devnull, "w"))  # for the life of the process
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
                 if signal.getsignal(sig) is not signal.SIG_IGN}  # an ignored signal stays ignored (nohup, `cmd &`)
     try:

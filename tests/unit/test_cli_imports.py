@@ -3,6 +3,7 @@ offer are kept in light modules, and these tests check that they agree with the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,18 @@ def test_train_policy_refuses_a_broken_checkpoint_before_importing_mxnet(tmp_pat
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == "2 False", (done.stdout, done.stderr[-500:])
     assert done.stderr.strip() == f"{folder / 'state.json'}: (file): not a checkpoint's state (JSONDecodeError)"
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+@pytest.mark.parametrize("argv, code", [(["simulate", "/nonexistent.csv", "--policy", "fifo"], 2),
+                                        (["validate", "/nonexistent.yaml"], 2), (["--version"], 0)])
+def test_a_closed_standard_stream_changes_no_exit_code(tmp_path, closed, argv, code):
+    """`coach ... >&-` or `2>&-`: Python leaves sys.stdout or sys.stderr None; the command's exit code is the one
+    it would give with the stream open (its output is lost, as asked), never 1 from a crash on the missing
+    stream."""
+    stream = {"stdout": 1, "stderr": 2}[closed]
+    done = subprocess.run([sys.executable, "-c", "import sys; from coach.ui.cli import main; sys.exit(main(sys.argv[1:]))",
+                           *argv], cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=120,
+                          **({"stdout": subprocess.DEVNULL} if stream == 2 else {"stderr": subprocess.DEVNULL}),
+                          preexec_fn=lambda: os.close(stream))
+    assert done.returncode == code
