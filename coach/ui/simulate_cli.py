@@ -86,6 +86,11 @@ def cmd_simulate(args) -> int:
     print(f"{count} jobs, policy {policy}, scheduler {profile}, cluster {cluster.name} "
           f"({cluster.total_slots} GPUs): {stats['completed']} completed in {elapsed_s:.1f} s "
           f"({count / max(elapsed_s, 1e-9):.0f} jobs/s, {stats['events'] / max(elapsed_s, 1e-9):.0f} events/s)")
+    unplaced = sorted(str(job["stop_reason"]) for job in summary["jobs"].values()
+                      if str(job["stop_reason"]).startswith("unschedulable"))
+    if unplaced:  # a result, not an error (exit 0): but one a reader of "0 completed" should not have to dig for
+        print(f"{len(unplaced)} jobs could not be placed ({unplaced[0]}{'; ...' if len(set(unplaced)) > 1 else ''}); "
+              f"summary.json gives each its reason")
     print(f"avg JCT {hours(stats['avg_jct_s'])}, median {hours(stats['median_jct_s'])}, "
           f"p99 {hours(stats['p99_jct_s'])}, makespan {hours(stats['makespan_s'])}, "
           f"utilization {stats['utilization'] * 100 if stats['utilization'] is not None else 0:.1f}%")

@@ -97,6 +97,16 @@ def test_a_job_larger_than_the_cluster_ends_unschedulable_and_a_far_arrival_is_j
     assert jobs["late"]["stop_reason"] == "completed"
 
 
+def test_the_summary_says_how_many_jobs_could_not_be_placed_and_why(tmp_path, capsys, traces):
+    """Exit 0 (the simulation did what it was asked; summary.json has each job's reason), but a line says so."""
+    path = write(tmp_path, POLLUX + "big,0,cifar10,9,1152\nbigger,0,cifar10,10,1280\nsmall,0,ncf,1,256\n")
+    code = main(["simulate", str(path), "--policy", "fifo", "--traces", str(traces), "--results", str(tmp_path / "r"),
+                 "--cluster", "2x4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "2 jobs could not be placed (unschedulable: needs 10 GPUs, the cluster has 8; ...)" in out
+
+
 def fresh_traces(tmp_path: Path, traces: Path) -> Path:
     copy = tmp_path / "traces"
     shutil.copytree(traces, copy)
