@@ -82,7 +82,8 @@ _NULLABLE = frozenset({"workers", "servers", "max_workers", "max_servers"})
 
 #: Largest count of workers (or servers) of one job: each is a process on this machine.
 MAX_FUNCTIONS_PER_ROLE = 1024
-#: Largest amount of money (a job's budget, `coach plan --budget-left`): finite, and far beyond any real job.
+#: Largest amount of money (a job's budget, `coach plan --budget-left`, a run's recorded costs): finite, and far
+#: beyond any real job.
 MAX_MONEY = 1e12
 #: Every numeric field of a job file and its bounds, checked at validation (docs/job-files.md, "Job files", lists them).
 #: `consecutive` is also at most `max_epochs`, and `workers`/`servers` at most `max_workers`/`max_servers`.

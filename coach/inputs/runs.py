@@ -22,12 +22,18 @@ from typing import Any
 
 from coach.domain.records import MANIFEST_SCHEMA
 from coach.inputs.cluster import ClusterFileError, parse_cluster
-from coach.inputs.jobs import JOB_FIELDS, check_job
+from coach.inputs.jobs import JOB_FIELDS, MAX_MONEY, check_job
 from coach.inputs.limits import (MAX_LOG_BYTES, MAX_RUN_JSON_BYTES, Bound, FileTooLarge, LineTooLong, NotRegularFile,
                                 capped_lines, describe, field_name, file_problem, one_line, read_capped, short)
 
 #: Largest run.json / summary.json / manifest.json read, in bytes.
 MAX_JSON_BYTES = MAX_RUN_JSON_BYTES
+#: Largest number of seconds a record or a summary may hold (~31,700 years; `coach simulate`'s arrivals stop at
+#: 1e10 s): far beyond any run, and small enough that sums of squares over millions of jobs stay finite, so the
+#: statistics and plots of compare and report never overflow to infinity.
+MAX_SECONDS = 1e12
+#: Largest count (epochs, workers, samples, attempts) a record or a summary may hold: a float holds it exactly.
+MAX_COUNT = 10**12
 #: Phases whose records are epochs (or calibration mini-epochs): the ones a job's history is rebuilt from.
 SPEED_PHASES = frozenset({"calibration", "training"})
 
@@ -105,16 +111,18 @@ def _nullable(check: Check) -> Check:
     return lambda value: None if value is None else check(value)
 
 
-def _integer(low: int = 0) -> Check:
+def _integer(low: int = 0, high: int = MAX_COUNT) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int):
             return f"expected an integer, got {describe(value)}"
-        return None if value >= low else f"must be >= {low}, got {short(value)}"
+        if value < low:
+            return f"must be >= {low}, got {short(value)}"
+        return None if value <= high else f"must be <= {high}, got {short(value)}"
 
     return check
 
 
-def _number(low: float = 0.0, high: float = math.inf, low_exclusive: bool = False) -> Check:
+def _number(low: float = 0.0, high: float = MAX_SECONDS, low_exclusive: bool = False) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"expected a number, got {describe(value)}"
@@ -173,7 +181,7 @@ RECORD_FIELDS: dict[str, Check] = {
     "workers": _integer(0), "servers": _integer(0), "placement": _mapping,
     "loss": _loss, "val_loss": _loss, "accuracy": _loss, "train_accuracy": _loss, "samples": _integer(0),
     "epoch_time_s": _number(), "compute_s": _number(), "warmup_s": _number(), "start": _time, "end": _time,
-    "cost": _number(), "cumulative_cost": _number(), "budget": _number(),
+    "cost": _number(high=MAX_MONEY), "cumulative_cost": _number(high=MAX_MONEY), "budget": _number(high=MAX_MONEY),
     "stop_reason": _text, "attempt": _integer(0), "checkpoint": _path, "error": _text, "will_retry": _flag,
     "decision": _mapping, "charged_s": _number(),
 }
@@ -238,7 +246,8 @@ def checked_line(path: Path, number: int, raw: bytes) -> dict:
 
 _OUTCOME_FIELDS: dict[str, Check] = {
     "submitted": _time, "finished": _time, "jct_s": _number(), "epochs": _integer(0), "final_loss": _loss,
-    "final_val_loss": _loss, "stop_reason": _text, "total_cost": _number(), "budget": _number(),
+    "final_val_loss": _loss, "stop_reason": _text, "total_cost": _number(high=MAX_MONEY),
+    "budget": _number(high=MAX_MONEY),
     "workers": _integer(0), "servers": _integer(0),
 }
 

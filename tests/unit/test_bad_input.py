@@ -689,6 +689,19 @@ BAD_FINISHED_RUNS = [
      "not UTF-8 text"),
     ("log-loss-a-word", lambda run: write(run, "tiny.jsonl", json.dumps(epoch_record(loss="low")) + "\n"),
      "tiny.jsonl: (line 1): loss", "expected a number"),
+    ("jct-1e160", lambda run: edit_json(run / "summary.json", lambda d: d["jobs"]["tiny"].update(jct_s=1e160)),
+     "summary.json: jobs.tiny.jct_s", "must be <= 1e+12"),
+    ("makespan-1e300", lambda run: edit_json(run / "summary.json", lambda d: d.update(makespan_s=1e300)),
+     "summary.json: makespan_s", "must be <= 1e+12"),
+    ("total-cost-1e200", lambda run: edit_json(run / "summary.json",
+                                               lambda d: d["jobs"]["tiny"].update(total_cost=1e200)),
+     "summary.json: jobs.tiny.total_cost", "must be <= 1e+12"),
+    ("log-cumulative-cost-1e308", lambda run: write(run, "tiny.jsonl",
+                                                    json.dumps(epoch_record(cumulative_cost=1e308)) + "\n"),
+     "tiny.jsonl: (line 1): cumulative_cost", "must be <= 1e+12"),
+    ("log-workers-10-to-the-400", lambda run: write(run, "tiny.jsonl",
+                                                    json.dumps(epoch_record(workers=10**400)) + "\n"),
+     "tiny.jsonl: (line 1): workers", "must be <= 1000000000000"),
 ]
 
 

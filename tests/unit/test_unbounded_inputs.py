@@ -139,6 +139,26 @@ def test_compare_and_report_refuse_a_run_folder_file_that_is_not_a_bounded_regul
     refused(here, argv, str(run), name, expected(kind, cap))
 
 
+@pytest.mark.parametrize("command", ["compare", "report"])
+@pytest.mark.parametrize(("name", "field", "value"), [("summary.json", "jct_s", 1e160),
+                                                      ("tiny.jsonl", "cumulative_cost", 1e308)])
+def test_compare_and_report_refuse_a_value_too_large_to_compute_with_and_warn_of_nothing(here, command, name, field,
+                                                                                          value):
+    """A JCT of 1e160 made compare's standard deviation infinite (numpy's RuntimeWarnings, then a traceback after
+    the plots were written); a cost of 1e308 made matplotlib warn of an overflow. Both are refused when read."""
+    run = finished_run(here / "run")
+    other = finished_run(here / "other")
+    if name == "summary.json":
+        summary = json.loads((run / name).read_text())
+        summary["jobs"]["tiny"][field] = value
+        (run / name).write_text(json.dumps(summary))
+    else:
+        record = json.loads((run / name).read_text())
+        (run / name).write_text(json.dumps({**record, field: value}) + "\n")
+    argv = ["compare", run, other, "--out", here / "out"] if command == "compare" else ["report", run]
+    refused(here, argv, str(run), name, field, "must be <= 1e+12")
+
+
 # --------------------------------------------------------------------------- `coach run --resume`
 
 
