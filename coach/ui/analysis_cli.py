@@ -18,8 +18,12 @@ MAX_REPEAT = 100
 
 
 def _console():
+    """Rich's console on stdout; a quiet one when stdout is closed (`>&-`: Python's sys.stdout is None), so the
+    command still writes its files, as `print` does then."""
     from rich.console import Console
 
+    if sys.stdout is None:
+        return Console(quiet=True)
     return Console() if sys.stdout.isatty() else Console(width=140)
 
 
