@@ -632,7 +632,7 @@ class RunData:
     label: str  # short name: `<cell>#<repetition>` for experiment runs, else the run id
     run_dir: Path  # the run's folder
     summary: Mapping[str, Any]  # summary.json
-    logs: Mapping[str, list[dict]]  # job name -> its log records ({} for a job without a log)
+    logs: Mapping[str, list[dict]]  # job name -> its log records
     cell: Mapping[str, Any] | None  # the cell's parameters when the run belongs to an experiment
 
 
@@ -670,8 +670,11 @@ def read_run(run_dir: Path, argument: str, label: str | None = None, cell: Mappi
         if not JOB_NAME.fullmatch(job):
             raise SelectionError(f"{argument}: {SUMMARY}: jobs: {short(job)} is not a job name (in {run_dir})")
         path = run_dir / f"{job}.jsonl"
+        if not path.exists() and not path.is_symlink():  # every run writes each job's log before its summary
+            raise SelectionError(f"{argument}: {path}: (file): not found ({SUMMARY} lists job {job}, its log is "
+                                 "missing)")
         try:
-            logs[job] = checked_records(path) if path.exists() else []
+            logs[job] = checked_records(path)
         except RunInputError as error:
             raise SelectionError(f"{argument}: {error}") from None
     return RunData(label or run_dir.name, run_dir, summary, logs, cell)

@@ -689,6 +689,8 @@ BAD_FINISHED_RUNS = [
      "not UTF-8 text"),
     ("log-loss-a-word", lambda run: write(run, "tiny.jsonl", json.dumps(epoch_record(loss="low")) + "\n"),
      "tiny.jsonl: (line 1): loss", "expected a number"),
+    ("log-missing", lambda run: (run / "tiny.jsonl").unlink(), "tiny.jsonl: (file)",
+     "not found (summary.json lists job tiny, its log is missing)"),
     ("jct-1e160", lambda run: edit_json(run / "summary.json", lambda d: d["jobs"]["tiny"].update(jct_s=1e160)),
      "summary.json: jobs.tiny.jct_s", "must be <= 1e+12"),
     ("makespan-1e300", lambda run: edit_json(run / "summary.json", lambda d: d.update(makespan_s=1e300)),
