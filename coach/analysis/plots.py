@@ -25,6 +25,9 @@ FIGSIZE_IN = (8.0, 5.0)  # width, height of every fixed-size figure, in inches
 DPI = 100  # so a fixed-size PNG is 800 x 500 pixels
 BAR_HEIGHT_IN = 0.25  # runtime bars: inches per bar
 BARS_MARGIN_IN = 1.5  # runtime bars: room for the title and the axis
+#: Most bars the runtime-bars figure draws (the slowest jobs): each is a labelled tick, and matplotlib's layout
+#: time grows with them, so thousands of jobs (a simulated trace) took minutes for a figure nobody can read.
+MAX_BARS = 60
 
 
 def bars_height_in(bars: int) -> float:
@@ -115,9 +118,19 @@ def epoch_time_plot(sides: Sequence[tuple[str, Sequence[Mapping]]], path: Path) 
     return _finish_per_epoch(figure, ax, path, "epoch time (s)", "Time per epoch")
 
 
-def runtime_bars(sides: Sequence[tuple[str, Sequence[tuple[str, float]]]], path: Path) -> Path:
-    """One horizontal bar per job (its JCT), coloured by side, labelled `run/job`."""
-    bars = [(side_index, label, job, jct) for side_index, (label, jobs) in enumerate(sides) for job, jct in jobs]
+def slowest(bars: Sequence[tuple], most: int) -> list[tuple]:
+    """All `bars` in their order when there are at most `most`; else the `most` with the longest JCT (the last
+    item), longest first: the jobs a reader of a large comparison looks for."""
+    if len(bars) <= most:
+        return list(bars)
+    return sorted(bars, key=lambda bar: bar[-1], reverse=True)[:most]
+
+
+def runtime_bars(sides: Sequence[tuple[str, Sequence[tuple[str, float]]]], path: Path, most: int = MAX_BARS) -> Path:
+    """One horizontal bar per job (its JCT), coloured by side, labelled `run/job`; past `most` jobs, only the
+    `most` slowest, and the title says so."""
+    every = [(side_index, label, job, jct) for side_index, (label, jobs) in enumerate(sides) for job, jct in jobs]
+    bars = slowest(every, most)
     figure, (ax,) = _figure(height_in=bars_height_in(len(bars)))
     if bars:
         ys = list(range(len(bars)))[::-1]  # first job on top
@@ -129,7 +142,8 @@ def runtime_bars(sides: Sequence[tuple[str, Sequence[tuple[str, float]]]], path:
     else:
         _nothing(ax, "no job completion times")
     ax.set_xlabel("JCT (s)")
-    ax.set_title("Runtime per job")
+    ax.set_title("Runtime per job" if len(bars) == len(every) else
+                 f"Runtime per job: the {len(bars)} slowest of {len(every)} jobs")
     return _save(figure, path)
 
 

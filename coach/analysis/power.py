@@ -27,7 +27,9 @@ def power(d: float, n_a: int, n_b: int, alpha: float = ALPHA) -> float:
     freedom = n_a + n_b - 2
     shift = abs(d) * math.sqrt(n_a * n_b / (n_a + n_b))
     critical = stats.t.ppf(1 - alpha / 2, freedom)
-    return float(stats.nct.sf(critical, freedom, shift) + stats.nct.cdf(-critical, freedom, shift))
+    # P(T < -critical) as P(-T > critical), -T having the shift negated: scipy's nct.cdf is NaN far in the lower
+    # tail (thousands of jobs a side), where its sf is exact.
+    return float(stats.nct.sf(critical, freedom, shift) + stats.nct.sf(critical, freedom, -shift))
 
 
 def detectable_effect(n_a: int, n_b: int, alpha: float = ALPHA, wanted_power: float = POWER) -> float | None:

@@ -65,6 +65,17 @@ def test_runtime_bars_grow_with_the_number_of_jobs(tmp_path):
     assert decoded_shape(plots.runtime_bars([("A", jobs[:2])], tmp_path / "few.png")) == FIXED_SHAPE
 
 
+def test_runtime_bars_of_thousands_of_jobs_draw_only_the_slowest(tmp_path):
+    """A bar per job made a 5,000-job comparison take over a minute (and a figure 1,250 inches high)."""
+    jobs = [(f"run#1/m-{i}", float(i % 997)) for i in range(2000)]
+
+    path = plots.runtime_bars([("A", jobs[:1200]), ("B", jobs[1200:])], tmp_path / "bars.png")
+
+    assert decoded_shape(path) == (round(plots.bars_height_in(plots.MAX_BARS) * plots.DPI), 800, 4)
+    assert plots.slowest([(0, "A", "x", 1.0), (1, "B", "y", 3.0), (0, "A", "z", 2.0)], 2) == \
+        [(1, "B", "y", 3.0), (0, "A", "z", 2.0)]
+
+
 def test_report_plots(tmp_path):
     budgets = {"static": 0.01, "dynamic": 0.01}
     started = iso(T0_S)

@@ -51,3 +51,12 @@ def test_the_repetitions_to_detect_come_from_the_noisiest_cell_and_are_capped():
     assert found["cells"]["quiet"]["runs_needed"] == 1  # d = 12.2: one run of 2 jobs would do; the pilot ran 2
     capped = repetitions_to_detect(0.01, pilot, most=10)
     assert capped["capped"] and capped["repeat"] == 10 and capped["wanted"] > 10
+
+
+@pytest.mark.parametrize("jobs", [5_000, 82_000])
+def test_thousands_of_jobs_a_side_have_a_power_and_a_detectable_effect(jobs):
+    """scipy's noncentral t cdf is NaN far in its lower tail: with 5,000 jobs a side compare's power was NaN and
+    its root finder raised (a traceback)."""
+    assert power(0.2, jobs, jobs) == pytest.approx(1.0)
+    d = detectable_effect(jobs, jobs)
+    assert d == pytest.approx(2.8016 / math.sqrt(jobs / 2), rel=0.01)  # (z 0.975 + z 0.8) / sqrt(n / 2)
