@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from coach.analysis import DEFAULT_TEST
+from coach.storage.folders import CannotWrite
+from coach.inputs.limits import short
 from coach.ui.errors import BadInput, LazyChoices, fail, integer, percent
 
 #: Most runs per cell `coach experiment --repeat` may ask for (the matrix's `repeat` has the same bound).
@@ -94,25 +96,20 @@ def _side_json(selection, stats: dict) -> dict:
     return {"argument": selection.argument, "label": selection.label, **stats, "sources": sources}
 
 
+#: compare's files in its output folder: key in compare.json's `plots` -> file name.
+COMPARE_PLOTS = {"jct_box": "jct_box.png", "epoch_time": "epoch_time.png", "runtime_bars": "runtime_bars.png"}
+
+
 def compare_selections(a, b, test: str, out_dir: Path) -> dict:
-    """Statistics, plots and compare.json for two selections; returns what compare.json holds."""
+    """Statistics, plots and compare.json for two selections, written whole into out_dir (an absent or empty
+    folder; CannotWrite, and nothing written, when that fails); returns what compare.json holds."""
     from coach.analysis import plots, stats as analysis
+    from coach.storage.folders import write_files, write_whole
     from coach.storage.results import write_json_atomic
 
     result = analysis.compare([(r.label, r.summary) for r in a.runs], [(r.label, r.summary) for r in b.runs], test)
     labels = (f"A: {a.label}", f"B: {b.label}")
-    out_dir.mkdir(parents=True, exist_ok=True)
     sides = (result["a"], result["b"])
-    plot_files = {
-        "jct_box": plots.jct_boxplot([(label, [s["jct_s"] for s in side["samples"]])
-                                      for label, side in zip(labels, sides)], out_dir / "jct_box.png"),
-        "epoch_time": plots.epoch_time_plot(
-            [(label, [record for run in sel.runs for records in run.logs.values() for record in records])
-             for label, sel in zip(labels, (a, b))], out_dir / "epoch_time.png"),
-        "runtime_bars": plots.runtime_bars(
-            [(label, [(f"{s['run']}/{s['job']}", s["jct_s"]) for s in side["samples"]])
-             for label, side in zip(labels, sides)], out_dir / "runtime_bars.png"),
-    }
     data = {
         "a": _side_json(a, result["a"]),
         "b": _side_json(b, result["b"]),
@@ -120,10 +117,45 @@ def compare_selections(a, b, test: str, out_dir: Path) -> dict:
         "detectable": result["detectable"],
         "difference_a_minus_b": result["difference_a_minus_b"],
         "paired": result["paired"],
-        "plots": {key: path.name for key, path in plot_files.items()},
+        "plots": dict(COMPARE_PLOTS),
     }
-    write_json_atomic(out_dir / "compare.json", data)
+    files = [
+        (COMPARE_PLOTS["jct_box"], lambda path: plots.jct_boxplot(
+            [(label, [s["jct_s"] for s in side["samples"]]) for label, side in zip(labels, sides)], path)),
+        (COMPARE_PLOTS["epoch_time"], lambda path: plots.epoch_time_plot(
+            [(label, [record for run in sel.runs for records in run.logs.values() for record in records])
+             for label, sel in zip(labels, (a, b))], path)),
+        (COMPARE_PLOTS["runtime_bars"], lambda path: plots.runtime_bars(
+            [(label, [(f"{s['run']}/{s['job']}", s["jct_s"]) for s in side["samples"]])
+             for label, side in zip(labels, sides)], path)),
+        ("compare.json", lambda path: write_json_atomic(path, data)),
+    ]
+    write_whole(out_dir, lambda folder: write_files(folder, files))
     return data
+
+
+def out_problem(out_dir: Path, replaceable: frozenset[str] = frozenset()) -> str | None:
+    """Why the output folder cannot take this command's files, found before any work, or None: not a folder,
+    holding files already (but for files named in `replaceable`: a run's own report folder holds an earlier
+    report of the same run), or in a place that takes no files."""
+    from coach.storage.folders import writable_problem
+
+    if out_dir.exists() and not out_dir.is_dir():
+        return "not a folder"
+    try:
+        held = {entry.name for entry in out_dir.iterdir()} if out_dir.exists() else set()
+    except OSError as error:
+        return f"cannot read it ({error.strerror or error})"
+    others = sorted(held - replaceable)
+    if others:
+        more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+        return (f"holds {short(others[0])}{more} already (an earlier result?); name a new or empty folder with "
+                "--out")
+    return writable_problem(out_dir.parent)
+
+
+def _out_line(out_dir: Path, given: bool, message: str) -> str:
+    return f"--out: {out_dir}: {message}" if given else f"{out_dir}: (the default --out): {message}"
 
 
 def print_comparison(data: dict) -> None:
@@ -181,10 +213,14 @@ def cmd_compare(args) -> int:
         except SelectionError as error:
             return fail([str(error)])
     a, b = selections
-    if args.out:
-        _folder("--out", args.out)
     out_dir = Path(args.out) if args.out else a.base_dir / f"compare-{new_run_id()}"
-    data = compare_selections(a, b, args.test, out_dir)
+    problem = out_problem(out_dir)
+    if problem is not None:
+        return fail([_out_line(out_dir, bool(args.out), problem)])
+    try:
+        data = compare_selections(a, b, args.test, out_dir)
+    except CannotWrite as error:
+        return fail([_out_line(out_dir, bool(args.out), f"{error}; nothing was written")])
     print_comparison(data)
     print(f"compare: {out_dir / 'compare.json'}")
     print("plots: " + ", ".join(str(out_dir / name) for name in data["plots"].values()))
@@ -194,17 +230,25 @@ def cmd_compare(args) -> int:
 # --------------------------------------------------------------------------- report
 
 
-def write_report(run, out_dir: Path) -> list[Path]:
-    """A run's loss, allocation and cost plots; returns the files written."""
+#: report's files in its output folder, in the order they are drawn and printed.
+REPORT_FILES_IN_ORDER = ("loss.png", "allocation.png", "cost.png")
+REPORT_FILES = frozenset(REPORT_FILES_IN_ORDER)
+
+
+def write_report(run, out_dir: Path, replace: bool = False) -> list[Path]:
+    """A run's loss, allocation and cost plots, written whole into out_dir (see compare_selections; `replace`
+    lets an earlier report there be replaced); returns the files written."""
     from coach.analysis import plots
+    from coach.storage.folders import write_files, write_whole
 
     started = run.summary["started"]
     budgets = {job: outcome.get("budget") for job, outcome in run.summary["jobs"].items()}
-    return [
-        plots.loss_plot(run.logs, out_dir / "loss.png"),
-        plots.allocation_plot(run.logs, started, out_dir / "allocation.png"),
-        plots.cost_plot(run.logs, budgets, started, out_dir / "cost.png"),
-    ]
+    draw = {"loss.png": lambda path: plots.loss_plot(run.logs, path),
+            "allocation.png": lambda path: plots.allocation_plot(run.logs, started, path),
+            "cost.png": lambda path: plots.cost_plot(run.logs, budgets, started, path)}
+    files = [(name, draw[name]) for name in REPORT_FILES_IN_ORDER]
+    write_whole(out_dir, lambda folder: write_files(folder, files), replace=replace)
+    return [out_dir / name for name, _ in files]
 
 
 def cmd_report(args) -> int:
@@ -217,10 +261,16 @@ def cmd_report(args) -> int:
         run = read_run(run_dir, args.run_dir)
     except SelectionError as error:
         return fail([str(error)])
-    if args.out:
-        _folder("--out", args.out)
     out_dir = Path(args.out) if args.out else run_dir / "report"
-    for path in write_report(run, out_dir):
+    replace = not args.out  # the run's own report folder holds an earlier report of the same run
+    problem = out_problem(out_dir, REPORT_FILES if replace else frozenset())
+    if problem is not None:
+        return fail([_out_line(out_dir, bool(args.out), problem)])
+    try:
+        paths = write_report(run, out_dir, replace)
+    except CannotWrite as error:
+        return fail([_out_line(out_dir, bool(args.out), f"{error}; nothing was written")])
+    for path in paths:
         print(f"plot: {path}")
     return 0
 
@@ -266,11 +316,12 @@ def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
     compare.add_argument("--test", choices=LazyChoices(_test_names), default=DEFAULT_TEST, metavar="TEST",
                          help="statistical test: %(choices)s (default: %(default)s)")
     compare.add_argument("--out", metavar="DIR",
-                         help="folder for compare.json and the plots (default: compare-<stamp>/ in A's experiment "
-                              "folder, or beside A's run folder)")
+                         help="a new or empty folder for compare.json and the plots (default: compare-<stamp>/ in "
+                              "A's experiment folder, or beside A's run folder)")
     compare.set_defaults(func=cmd_compare)
 
     report = make("report", help="plot a run's loss, workers/servers and cost against budget")
     report.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (with summary.json)")
-    report.add_argument("--out", metavar="DIR", help="folder for the PNGs (default: RUN_DIR/report)")
+    report.add_argument("--out", metavar="DIR", help="a new or empty folder for the PNGs (default: RUN_DIR/report, "
+                                                     "replacing an earlier report there)")
     report.set_defaults(func=cmd_report)

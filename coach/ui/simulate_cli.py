@@ -6,37 +6,18 @@ Parses options, shows progress, prints the statistics; coach.simulator.session d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
+from coach.storage.folders import writable_problem
 from coach.ui.errors import fail, integer, number, path_text
 from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir, write_run
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
 MAX_BUDGET_FACTOR = 1000.0
-
-
-def _results_problem(results_dir: Path) -> str | None:
-    """Why results could not be written under results_dir, found before minutes of simulation, or None.
-    The nearest existing folder is probed with a temporary folder, removed at once (root ignores permission bits,
-    so only trying tells a read-only mount or /proc apart)."""
-    if results_dir.exists() and not results_dir.is_dir():
-        return "not a folder"
-    existing = results_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a folder"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".coach-probe-", dir=existing))
-    except OSError as error:
-        return f"cannot write in {existing} ({error.strerror or error})"
-    return None
 
 
 def cmd_simulate(args) -> int:
@@ -46,7 +27,7 @@ def cmd_simulate(args) -> int:
     from coach.dl2 import ModelFileError
 
     results_dir = Path(args.results)
-    problem = _results_problem(results_dir)
+    problem = writable_problem(results_dir)
     if problem is not None:
         return fail([f"{args.results}: (--results): {problem}"])
     try:
