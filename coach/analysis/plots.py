@@ -150,18 +150,28 @@ def runtime_bars(sides: Sequence[tuple[str, Sequence[tuple[str, float]]]], path:
 # --------------------------------------------------------------------------- report (one run)
 
 
+#: Largest loss drawn: a diverged job may log any number, and matplotlib's axis overflows (a RuntimeWarning, or a
+#: ValueError) near the largest float; losses beyond it are left out of the figure.
+MAX_PLOTTED_LOSS = 1e100
+
+
+def _plotted(value) -> bool:
+    return value is not None and abs(value) <= MAX_PLOTTED_LOSS
+
+
 def loss_plot(logs: Mapping[str, Sequence[Mapping]], path: Path) -> Path:
-    """Training loss per epoch per job (solid), and validation loss (dashed) where the model validates."""
+    """Training loss per epoch per job (solid), and validation loss (dashed) where the model validates; a loss
+    beyond +-MAX_PLOTTED_LOSS is left out."""
     figure, (ax,) = _figure()
     values = []
     for i, (job, records) in enumerate(logs.items()):
-        training = [r for r in records if r.get("phase") == "training" and r.get("loss") is not None]
+        training = [r for r in records if r.get("phase") == "training" and _plotted(r.get("loss"))]
         if not training:
             continue
         epochs = [r["epoch"] for r in training]
         ax.plot(epochs, [r["loss"] for r in training], "o-", color=f"C{i}", label=f"{job} loss", markersize=3)
         values += [r["loss"] for r in training]
-        validated = [r for r in training if r.get("val_loss") is not None]
+        validated = [r for r in records if r.get("phase") == "training" and _plotted(r.get("val_loss"))]
         if validated:
             ax.plot([r["epoch"] for r in validated], [r["val_loss"] for r in validated], "s--", color=f"C{i}",
                     label=f"{job} val_loss", markersize=3)

@@ -7,6 +7,7 @@ per job. Empty inputs still give a readable figure saying there is nothing to sh
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import matplotlib.image
@@ -119,3 +120,13 @@ def test_coach_report_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
 
     assert capsys.readouterr().err == f"{tmp_path}: (argument): not a run folder (no summary.json)\n"
+
+
+@pytest.mark.parametrize("loss", [1e308, -1e308])
+def test_a_loss_near_the_largest_float_is_left_out_of_the_loss_plot(tmp_path, loss):
+    """A diverged job may log any loss: -1e308 made matplotlib raise (a traceback from `coach report`), 1e308 warn."""
+    records = [line("j", "training", e, float(e), 1.0, 1, 1, 0.001 * e) for e in (1, 2, 3)]
+    records[1] = {**records[1], "loss": loss, "val_loss": loss}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decoded_shape(plots.loss_plot({"j": records}, tmp_path / "loss.png")) == FIXED_SHAPE
