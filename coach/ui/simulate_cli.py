@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from coach.inputs.cluster import ClusterFileError
-from coach.storage.folders import writable_problem
+from coach.storage.folders import CannotWrite, writable_problem
 from coach.ui.errors import fail, integer, number, path_text
 from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir, write_run
 
@@ -57,8 +57,8 @@ def cmd_simulate(args) -> int:
     run_dir = unique_dir(results_dir, settings.run_id)
     try:
         summary = write_run(run_dir, outcome, settings)
-    except OSError as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
-        return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
+    except CannotWrite as error:  # e.g. the disk filled up; earlier runs' folders are untouched (a new one was used)
+        return fail([f"{run_dir}: (--results): {error}; nothing was written"])
     if args.quiet:
         print(run_dir)
         return 0

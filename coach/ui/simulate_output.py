@@ -5,13 +5,10 @@ take (a million-job workload is valid input but takes hours on 2 cores)."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
-
-T = TypeVar("T")
+from typing import Any, Callable
 
 REFRESH_S = 0.1  # the progress bar is redrawn at most this often
 ESTIMATE_AFTER_S = 3.0  # wall seconds of progress an estimate is made from
@@ -29,25 +26,11 @@ def unique_dir(base: Path, run_id: str) -> Path:
     return candidate
 
 
-def write_whole(folder: Path, write: Callable[[Path], T]) -> T:
-    """`write` into a hidden temporary folder beside `folder`, renamed to `folder` once complete: a Ctrl-C, a
-    SIGTERM or a full disk while thousands of logs are written leaves no half folder (the temporary one is
-    removed). OSError when it cannot be written."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = folder.parent / f".{folder.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)  # a leftover of a killed (SIGKILL) process of the same id
-    partial.mkdir()  # the umask's mode, as the folder's
-    try:
-        written = write(partial)
-        os.rename(partial, folder)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)  # gone already when renamed
-    return written
-
-
 def write_run(run_dir: Path, outcome, settings) -> dict:
-    """One simulated run's folder (its logs, summary and figures), whole or not at all; its summary."""
+    """One simulated run's folder (its logs, summary and figures), whole or not at all (CannotWrite); its
+    summary."""
     from coach.simulator import results
+    from coach.storage.folders import write_whole
 
     return write_whole(run_dir, lambda folder: results.write(folder, outcome, settings.run_id, settings.as_dict()))
 

@@ -136,8 +136,8 @@ def cmd_sweep(args, cluster) -> int:
     from coach.simulator.apps import AppTraceError
     from coach.simulator.session import SimulationInputError, check_inputs, name_part, simulate
     from coach.simulator.workloads import WorkloadError
-    from coach.ui.simulate_output import (progress_bar as _progress, unique_dir as _unique_dir, write_run,
-                                          write_whole)
+    from coach.storage.folders import CannotWrite, write_whole
+    from coach.ui.simulate_output import progress_bar as _progress, unique_dir as _unique_dir, write_run
 
     results_dir, workloads, policies = Path(args.results), [Path(w) for w in args.workload], args.policy
     problem = _same_names(workloads)
@@ -168,8 +168,8 @@ def cmd_sweep(args, cluster) -> int:
             run_dir = _unique_dir(results_dir, settings.run_id)
             try:
                 summary = write_run(run_dir, outcome, settings)
-            except OSError as error:  # e.g. a full disk: the runs written before stay whole
-                return fail([f"{run_dir}: (--results): cannot write ({error.strerror or error})"])
+            except CannotWrite as error:  # e.g. a full disk: the runs written before stay whole
+                return fail([f"{run_dir}: (--results): {error}; nothing of this run was written"])
             label = _label(policy, workload, len(workloads))
             rows.append(_row(label, policy, workload, outcome, summary, per_node, args.restart_s))
             series.append((label, results.thinned(outcome.utilization)))
@@ -182,8 +182,8 @@ def cmd_sweep(args, cluster) -> int:
               "cluster": cluster.name, "interval_s": args.interval, "restart_s": args.restart_s, "seed": args.seed}
     try:
         table = write_whole(sweep_dir, lambda folder: _write(folder, rows, pairs, series, chosen))
-    except OSError as error:
-        return fail([f"{sweep_dir}: (--results): cannot write ({error.strerror or error})"])
+    except CannotWrite as error:
+        return fail([f"{sweep_dir}: (--results): {error}; the runs above are whole, their comparison was not written"])
     if not args.quiet:
         print(table, end="")
     print(sweep_dir)
