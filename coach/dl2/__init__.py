@@ -36,6 +36,11 @@ def imitation_model(model: Path) -> Path:
     return model.with_name(model.stem + "-imitation.params")
 
 
+def report_file(model: Path) -> Path:
+    """Where a training that writes `model` leaves its settings and what it measured (`<stem>.json`)."""
+    return model.with_name(model.stem + ".json")
+
+
 #: The same training's network after imitation only (before reinforcement learning), for comparison.
 CLUSTER_IMITATION_MODEL = imitation_model(CLUSTER_MODEL)
 
@@ -49,5 +54,5 @@ class ModelFileError(ValueError):
     """A DL2 model file that is missing or does not fit this network (one line, naming the file)."""
 
 
-__all__ = ["CLUSTER_IMITATION_MODEL", "CLUSTER_MODEL", "RUN_IMITATION_MODEL", "RUN_MODEL", "ModelFileError",
-           "imitation_model"]
+__all__ = ["CLUSTER_IMITATION_MODEL", "CLUSTER_MODEL", "RUN_IMITATION_MODEL", "RUN_MODEL",
+           "ModelFileError", "imitation_model", "report_file"]

@@ -2,13 +2,16 @@
 --resume` refuses a broken checkpoint before it spends seconds importing the trainers.
 
 A checkpoint folder `<out>.ckpt/` holds state.json (the training's place and figures), net.params and
-trainer.states (MXNet's files, loaded by the trainers by path). Reading it checks what can be checked here:
-state.json is a bounded regular file holding JSON of this version, and the other two are bounded regular files.
+trainer.states (MXNet's files, loaded by the trainers by path), and once imitation is over imitation.params (the
+network it left, copied beside the model only when the whole training ends) and, at the run level, best.params.
+Reading it checks what can be checked here: state.json is a bounded regular file holding JSON of this version, and
+the others are bounded regular files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,10 @@ from coach.dl2.params_file import MAX_MODEL_BYTES
 from coach.inputs.limits import MAX_STATE_BYTES, FileTooLarge, NotRegularFile, file_problem, open_regular, read_capped
 
 CHECKPOINT_VERSION = 2  # 2: the optimiser's state as MXNet arrays, not pickled (save_trainer)
+#: The network imitation left, kept in the checkpoint until the model, its report and this twin are written together
+IMITATION = "imitation.params"
+#: Every file a checkpoint folder may hold; the last two only once their phase has written them
+CHECKPOINT_FILES = ("state.json", "net.params", "trainer.states", IMITATION, "best.params")
 
 
 def checkpoint_dir(out: Path) -> Path:
@@ -34,7 +41,9 @@ def stored_state(folder: Path) -> dict | None:
     if not path.exists():
         return None
     state = _read_state(path)
-    for name in ("net.params", "trainer.states"):  # what the trainers load next, by path, with MXNet
+    for name in CHECKPOINT_FILES[1:]:  # what the trainers load next, by path, with MXNet, or copy
+        if name in CHECKPOINT_FILES[3:] and not os.path.lexists(folder / name):
+            continue
         try:
             open_regular(folder / name, MAX_MODEL_BYTES).close()
         except (FileTooLarge, NotRegularFile, OSError) as error:

@@ -14,8 +14,8 @@ Seeded throughout (initial weights, the rounds held out, the order of minibatche
 action), so the same settings give the same model. A checkpoint (weights, optimiser state, progress, history) is
 written to `<out>.ckpt/` every `checkpoint_every` epochs or episodes and at the end of each phase; `resume=True`
 carries on from it, to the same result as a run that was never stopped. The model is written to `out` (MXNet
-parameters), the imitation-only model beside it (`<stem>-imitation.params`) and what was measured to
-`<stem>.json`.
+parameters), the imitation-only model beside it (`<stem>-imitation.params`; the initial network when imitation is
+skipped) and what was measured to `<stem>.json`, all three at the end and together (training.save_outputs).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import numpy as np
 from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
-from coach.dl2 import imitation_model
 from coach.dl2.checkpoint import CHECKPOINT_VERSION, checkpoint_dir, jsonable, load_checkpoint
 from coach.dl2.cluster_policy import decide, grants_of
 from coach.dl2.cluster_round import WINDOW, Round, SpeedCache
@@ -49,14 +48,13 @@ from coach.dl2.training import (
     ProgressCallback,
     action_accuracy,
     actor_critic_pass,
-    atomic_write,
     check_ranges,
     check_state,
     imitation_epochs,
     load_network,
     load_trainer,
     save_checkpoint,
-    save_network,
+    save_outputs,
 )
 from coach.domain.cluster import ClusterSpec
 from coach.simulator.apps import job_total_progress, load_apps
@@ -445,9 +443,8 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
             imitation_epochs(net, trainer, train_set, settings, state, folder, on_progress)
             state["train_accuracy"] = action_accuracy(net, train_set)
             state["agreement"] = asdict(agreement(net, held_set))
-            save_network(net, imitation_model(out))
         state["phase"], state["done"] = "rl", 0
-        save_checkpoint(folder, net, trainer, state)
+        save_checkpoint(folder, net, trainer, state, imitation=True)
 
     trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.rl_learning_rate})
     if state["done"]:  # the optimiser's moments too, so that a resumed run goes on exactly as an unbroken one
@@ -464,9 +461,8 @@ def _train(settings: TrainSettings, out: Path, resume: bool, on_progress: Progre
             save_checkpoint(folder, net, trainer, state)
     report.reward_start = state["reward_start"]
     report.reward_end = greedy_reward(net, settings, evaluation) if settings.rl_episodes > 0 else None
-    save_network(net, out)
     report.train_accuracy = state["train_accuracy"]
     report.agreement = Agreement(**state["agreement"]) if state["agreement"] else None
     report.episode_rewards = list(state["episode_rewards"])
-    atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
+    save_outputs(out, net, json.dumps(report.as_dict(), indent=1), folder)
     return report

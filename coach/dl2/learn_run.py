@@ -18,7 +18,7 @@ budget that does not cover every epoch.
 
 Seeded throughout and resumable from `<out>.ckpt/` as coach.dl2.learn_cluster (the update steps and checkpoints of
 coach.dl2.training). Writes the model to `out`, the imitation-only one beside it and what was measured to
-`<stem>.json`.
+`<stem>.json`, all three at the end and together (training.save_outputs).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
 from coach.app.virtual_run import START_S, run_virtual
-from coach.dl2 import imitation_model
 from coach.dl2.checkpoint import CHECKPOINT_VERSION, checkpoint_dir, load_checkpoint
 from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
 from coach.dl2.numpy_net import NumpyNet
@@ -46,7 +45,6 @@ from coach.dl2.training import (
     ProgressCallback,
     action_accuracy,
     actor_critic_pass,
-    atomic_write,
     check_ranges,
     check_state,
     imitation_epochs,
@@ -54,6 +52,7 @@ from coach.dl2.training import (
     load_trainer,
     save_checkpoint,
     save_network,
+    save_outputs,
 )
 from coach.domain.cluster import ClusterSpec, NodeSpec
 from coach.domain.jobs import JobSpec
@@ -419,12 +418,11 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
             state["train_accuracy"] = _accuracy(net, train_set)
             state["held_out_accuracy"] = _accuracy(net, held_set)
             state["held_out_rounds_same"] = rounds_same(net, held_set)
-        save_network(net, imitation_model(out))
         state["evaluation"]["teacher"] = evaluate(_Teaching, settings, evaluation)
         fast = numpy_net(net)
         state["evaluation"]["imitation"] = evaluate(lambda: _Sampling(fast, None), settings, evaluation)
         state["phase"], state["done"] = "rl", 0
-        save_checkpoint(folder, net, trainer, state)
+        save_checkpoint(folder, net, trainer, state, imitation=True)
 
     trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": settings.rl_learning_rate})
     if state["done"]:
@@ -450,9 +448,8 @@ def _train(settings: CountsTrainSettings, out: Path, resume: bool, on_progress: 
     state["evaluation"]["last"] = state.get("selection", [{}])[-1] if settings.rl_episodes else {}
     load_network(net, best)
     state["evaluation"]["final"] = state["best"]
-    save_network(net, out)
     report = CountsReport(out, settings, state["train_accuracy"], state["held_out_accuracy"],
                           state["held_out_rounds_same"], state["evaluation"], list(state["episode_rewards"]),
                           list(state.get("selection", [])))
-    atomic_write(out.with_name(out.stem + ".json"), json.dumps(report.as_dict(), indent=1))
+    save_outputs(out, net, json.dumps(report.as_dict(), indent=1), folder)
     return report

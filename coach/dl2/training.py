@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -19,8 +23,12 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+from coach.dl2 import imitation_model, report_file
+from coach.dl2.checkpoint import IMITATION
 from coach.dl2.network import ActorCritic
+from coach.dl2.params_file import MAX_MODEL_BYTES
 from coach.dl2.observation import Observation, pad, padded_action
+from coach.inputs.limits import read_capped
 
 #: (phase, done, total, metrics of the last step): what a progress bar shows
 ProgressCallback = Callable[[str, int, int, Mapping[str, float]], None]
@@ -146,16 +154,68 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def save_checkpoint(folder: Path, net: ActorCritic, trainer: gluon.Trainer, state: dict) -> None:
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done, then act as before: files that belong together are renamed
+    all or none. Python's handlers, not the signal mask: a signal MXNet's threads receive still reaches the main
+    thread's handler."""
+    caught: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, lambda number, _frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+def save_checkpoint(folder: Path, net: ActorCritic, trainer: gluon.Trainer, state: dict,
+                    imitation: bool = False) -> None:
+    """The checkpoint in `folder` (and, with `imitation`, the network as the imitation's), whole or not at all."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_network(net, folder / "net.params")
-    save_trainer(trainer, folder / "trainer.states")
-    atomic_write(folder / "state.json", json.dumps(state, indent=1))  # last: names a complete checkpoint
+    with signals_held():
+        if imitation:
+            save_network(net, folder / IMITATION)
+        save_network(net, folder / "net.params")
+        save_trainer(trainer, folder / "trainer.states")
+        atomic_write(folder / "state.json", json.dumps(state, indent=1))  # last: names a complete checkpoint
+
+
+def save_outputs(out: Path, net: ActorCritic, report: str, folder: Path) -> None:
+    """The model at `out`, its report (`<stem>.json`) and its imitation twin (the checkpoint's), each written under
+    a temporary name and then renamed together: an earlier set at `out` is replaced whole, never mixed with this
+    run's. A checkpoint of an older Coach has no imitation network (it wrote the twin itself): the twin stays."""
+    staged: dict[Path, Path] = {}
+    try:
+        twin = folder / IMITATION
+        if twin.is_file():
+            staged[imitation_model(out)] = _temporary(imitation_model(out))
+            staged[imitation_model(out)].write_bytes(read_capped(twin, MAX_MODEL_BYTES))
+        staged[report_file(out)] = _temporary(report_file(out))
+        staged[report_file(out)].write_text(report)
+        staged[out] = _temporary(out)
+        net.save_parameters(str(staged[out]))
+        with signals_held():
+            for final, temporary in staged.items():
+                os.replace(temporary, final)
+    finally:
+        for temporary in staged.values():
+            temporary.unlink(missing_ok=True)
+
+
+def _temporary(path: Path) -> Path:
+    """A hidden name beside `path`, of this process: where it is written before it is renamed to `path`."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def save_network(net: ActorCritic, path: Path) -> None:
     """The network's parameters at `path`, written under a temporary name and renamed: never half a file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = _temporary(path)
     try:
         net.save_parameters(str(temporary))
         os.replace(temporary, path)
@@ -195,7 +255,7 @@ def save_trainer(trainer: gluon.Trainer, path: Path) -> None:
             arrays[f"state:{index}:{k}"] = part
     for index, count in optimizer._index_update_count.items():
         arrays[f"count:{index}"] = mx.nd.array([count], dtype="int64")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = _temporary(path)
     try:
         mx.nd.save(str(temporary), arrays)
         os.replace(temporary, path)

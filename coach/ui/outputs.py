@@ -34,3 +34,11 @@ def output_file_problem(path: Path) -> str | None:
     except OSError as error:
         return f"cannot write in {folder} ({error.strerror or error})"
     return None
+
+
+def same_file(path: Path, other: Path) -> bool:
+    """Whether both exist and are one file: the same path, another spelling of it, a hard or a symbolic link."""
+    try:
+        return os.path.samefile(path, other)
+    except (OSError, ValueError):  # one of them is missing, unreadable, or has a NUL in its name
+        return False

@@ -6,6 +6,7 @@ lifecycle (coach.dl2.learn_run). Parses options, shows a progress bar per phase,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,13 +41,13 @@ _RUN_ONLY = ("reward", "teacher_episodes", "eval_episodes")
 
 
 def _train_cluster(args, out: Path, on_progress):
-    from coach.dl2.learn_cluster import train
-
     if not args.workloads:
         raise ValueError("--workloads: required with --level cluster (workload CSVs to train on)")
     for name in _RUN_ONLY:
         if getattr(args, name) is not None:
             raise ValueError(f"--{name.replace('_', '-')}: only with --level run")
+    from coach.dl2.learn_cluster import train  # after the checks: the import takes seconds
+
     options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs",
                                                       "horizon_rounds") if getattr(args, name) is not None}
     return train(args.imitate, args.workloads, out, args.seed, cluster=args.cluster or "16x4",
@@ -55,12 +56,12 @@ def _train_cluster(args, out: Path, on_progress):
 
 
 def _train_run(args, out: Path, on_progress):
-    from coach.dl2.learn_run import train_counts
-
     given = [name for name in _CLUSTER_ONLY if getattr(args, name) is not None]
     if given:
         raise ValueError(f"--{given[0].replace('_', '-')}: only with --level cluster (run-level training makes "
                          f"its own jobs)")
+    from coach.dl2.learn_run import train_counts  # after the checks: the import takes seconds
+
     options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs", *_RUN_ONLY)
                if getattr(args, name) is not None}
     return train_counts(out, args.seed, imitate=args.imitate, resume=args.resume, on_progress=on_progress,
@@ -71,19 +72,100 @@ def _train_run(args, out: Path, on_progress):
 TRAINERS = {"cluster": _train_cluster, "run": _train_run}
 
 
-def cmd_train_policy(args) -> int:
+def _read_by(path: Path, args) -> str | None:
+    """The option naming what the training reads that `path` is (a workload, the cluster file, a trace), or None."""
+    from coach.ui.outputs import same_file
+
+    workloads = [Path(name) for name in args.workloads or ()]
+    if any(same_file(path, workload) for workload in workloads):
+        return "--workloads"
+    if args.cluster and same_file(path, Path(args.cluster)):
+        return "--cluster"
+    traces = [Path(args.traces)] if args.traces else [folder for workload in workloads
+                                                       for folder in (workload.parent, workload.parent.parent / "traces")]
+    if (path.parent / "placements.csv").is_file() and any(same_file(path.parent.parent, t) for t in traces):
+        return "--traces" if args.traces else "the applications' traces"
+    return None
+
+
+def _out_problem(args, out: Path) -> str | None:
+    """Why the files --out names cannot be written, found before minutes of training: the model, its report and
+    imitation twin (written together at the end) and its checkpoint folder. Each must be writable, and none may be a
+    file the training reads or another of them. An existing set is replaced whole (retraining on purpose)."""
+    from coach.dl2 import imitation_model, report_file
+    from coach.dl2.checkpoint import checkpoint_dir
     from coach.ui.outputs import output_file_problem
 
-    out = Path(args.out)
     problem = output_file_problem(out)
+    if problem is not None:
+        return f"{args.out}: {problem}"
+    report, twin, folder = report_file(out), imitation_model(out), checkpoint_dir(out)
+    if report == out:
+        return f"{args.out}: its report, {report.name}, would be written over it; name the model FILE.params"
+    if os.path.lexists(folder) and not folder.is_dir():
+        return f"{folder}: is not a folder, expected the checkpoint folder of --out (move it, or choose another --out)"
+    for path in (out, report, twin):
+        problem = output_file_problem(path)
+        if problem is None and (read_by := _read_by(path, args)) is not None:
+            problem = f"is read by this training ({read_by}), so it cannot be written; choose another --out"
+        if problem is None and os.path.lexists(path):
+            problem = _foreign(path, is_report=path == report)
+        if problem is not None:
+            return f"{path}: {problem}"
+    return None
+
+
+def _foreign(path: Path, is_report: bool) -> str | None:
+    """Why an existing file where the set goes is not one a training wrote (then it is never replaced), or None:
+    a model and its twin are MXNet parameter files, a report a JSON object with the training's out and settings."""
+    from coach.dl2 import ModelFileError
+    from coach.dl2.params_file import read_params
+    from coach.inputs.limits import MAX_STATE_BYTES, FileTooLarge, NotRegularFile, read_capped
+
+    try:
+        if is_report:
+            report = json.loads(read_capped(path, MAX_STATE_BYTES))
+            if isinstance(report, dict) and {"out", "settings"} <= set(report):
+                return None
+        else:
+            read_params(path)
+            return None
+    except (ModelFileError, FileTooLarge, NotRegularFile, OSError, ValueError, RecursionError):
+        pass
+    what = "the report of a training" if is_report else "a DL2 model"
+    return f"exists and is not {what}, so it is not replaced; move it, or choose another --out"
+
+
+def _checkpoint_problem(args, out: Path) -> str | None:
+    """Why a file of the checkpoint folder cannot be written (a folder or a FIFO where a file goes, a file the
+    training reads), or None."""
+    from coach.dl2.checkpoint import CHECKPOINT_FILES, checkpoint_dir
+    from coach.ui.outputs import output_file_problem
+
+    folder = checkpoint_dir(out)
+    for path in (folder / name for name in CHECKPOINT_FILES) if folder.is_dir() else ():
+        problem = output_file_problem(path)
+        if problem is None and (read_by := _read_by(path, args)) is not None:
+            problem = f"is read by this training ({read_by}), so it cannot be written; choose another --out"
+        if problem is not None:
+            return f"{path}: {problem}"
+    return None
+
+
+def cmd_train_policy(args) -> int:
+    out = Path(args.out)
+    problem = _out_problem(args, out)
     if problem is not None:  # before minutes of training, not after
-        return fail([f"--out: {args.out}: {problem}"])
+        return fail([f"--out: {problem}"])
     progress, on_progress = _progress(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     try:
         if args.resume:  # a broken checkpoint is refused before the trainers spend seconds importing MXNet
             from coach.dl2.checkpoint import checkpoint_dir, stored_state
 
             stored_state(checkpoint_dir(out))
+        problem = _checkpoint_problem(args, out)  # after a resumed checkpoint's own checks, which name its files' kinds
+        if problem is not None:
+            return fail([f"--out: {problem}"])
         report = TRAINERS[args.level](args, out, on_progress)
     except ValueError as error:  # workloads, traces, settings, a checkpoint of other settings: one line each
         return fail([" ".join(str(error).split())])
@@ -125,7 +207,9 @@ def add_commands(sub, subparser, epilog: str) -> None:
                        help="workload CSVs to train on (--level cluster only, and required there, no default; keep "
                             "others for evaluation)")
     train.add_argument("--out", required=True, metavar="FILE",
-                       help="the model file to write (required, no default); its checkpoints go to FILE.ckpt/")
+                       help="the model file to write (required, no default), with STEM.json (what was measured) and "
+                            "STEM-imitation.params (the network before RL) beside it, written together at the end: "
+                            "an existing set is replaced whole; checkpoints go to FILE.ckpt/")
     train.add_argument("--seed", type=integer(0, MAX_SEED), default=0, metavar="N",
                        help=f"seed of everything random, 0 <= N <= {MAX_SEED} (default: %(default)s)")
     train.add_argument("--cluster", metavar="NxG|FILE",

@@ -128,6 +128,22 @@ CASES: dict[str, list[Case]] = {
         Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "trainer.states",
              setup=lambda folder: (_checkpoint(_state(done=1), trainer=None)(folder),
                                    _fifo("m.params.ckpt/trainer.states")(folder))),
+        Case(["train-policy", "--imitate", "drf", "--workloads", "w.csv", "--out", "w.csv"],
+             "--out: w.csv: is read by this training (--workloads)", setup=_write("w.csv", "name,time\n")),
+        Case(["train-policy", "--imitate", "drf", "--workloads", "w-imitation.params", "--out", "w.params"],
+             "--out: w-imitation.params: is read by this training (--workloads)",
+             setup=_write("w-imitation.params", "name,time\n")),
+        Case([*_TRAIN_RUN, "--out", "m.json"], "--out: m.json: its report, m.json, would be written over it"),
+        Case([*_TRAIN_RUN, "--out", "m.params"], "--out: m.json: exists and is not the report of a training",
+             setup=_write("m.json", "my notes\n")),
+        Case([*_TRAIN_RUN, "--out", "m.params"], "--out: m-imitation.params: exists and is not a DL2 model",
+             setup=_write("m-imitation.params", "my notes\n")),
+        Case([*_TRAIN_RUN, "--out", "m.params"], "--out: m.params.ckpt: is not a folder",
+             setup=_write("m.params.ckpt", "x")),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--resume"], "--out: m.params.ckpt: is not a folder",
+             setup=_write("m.params.ckpt", "x")),
+        Case([*_TRAIN_RUN, "--out", "m.params"], "--out: m.params.ckpt/net.params: is a folder",
+             setup=lambda folder: (folder / "m.params.ckpt" / "net.params").mkdir(parents=True)),
     ],
     "experiment": [Case(["experiment", "missing.yaml"], "missing.yaml"),
                    Case(["experiment", "m.yaml"], "m.yaml", setup=_write("m.yaml", "- [")),
@@ -155,6 +171,11 @@ def _files(folder: Path) -> set[Path]:
     return {path for path in folder.rglob("*")}
 
 
+def _contents(folder: Path) -> dict[Path, bytes]:
+    """Every regular file's bytes (a FIFO is never opened: that would block)."""
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file() and not path.is_symlink()}
+
+
 def _run(argv: list[str], folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*COACH, *argv], cwd=folder, capture_output=True, text=True, timeout=TIMEOUT_S,
                           preexec_fn=_limits, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
@@ -171,12 +192,13 @@ def _one_line(stderr: str) -> str:
 def test_hostile_input_is_one_line_and_nothing_written(command, number, tmp_path):
     case = CASES[command][number]
     case.setup(tmp_path)
-    before = _files(tmp_path)
+    before, contents = _files(tmp_path), _contents(tmp_path)
     done = _run(case.argv, tmp_path)
     line = _one_line(done.stderr)
     assert done.returncode == case.code, done.stderr
     assert case.says in line
     assert _files(tmp_path) == before  # nothing half-written (nor whole: the command refused before any work)
+    assert _contents(tmp_path) == contents  # nor anything replaced
 
 
 class Interrupted(NamedTuple):
@@ -335,6 +357,34 @@ def test_a_signal_is_exit_130_one_line_and_nothing_half_written(name, sig, tmp_p
     assert len(stderr.splitlines()) == 1, stderr
     left = {path for path in _files(folder) - before if not path.is_dir()}
     assert _whole_or_marked(folder, left) == []  # no half run folder, no half model
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_retraining_leaves_the_earlier_model_set_whole(sig, tmp_path):
+    """A model, its report and its imitation twin are one set: a second training into the same --out, stopped
+    once its imitation is over (its checkpoint says so), leaves the first training's three files as they were."""
+    first = _run([*_TRAIN_RUN, "--out", "m.params", "--rl-episodes", "0"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    names = ("m.params", "m.json", "m-imitation.params")
+    earlier = {name: (tmp_path / name).read_bytes() for name in names}
+    state = tmp_path / "m.params.ckpt" / "state.json"
+    process = subprocess.Popen([*COACH, *_TRAIN_RUN, "--out", "m.params", "--rl-episodes", "100000", "--seed", "1"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_limits, env={**os.environ, "PYTHONPATH": str(REPO)},
+                               stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while '"seed": 1' not in state.read_text() or '"phase": "rl"' not in state.read_text():
+            assert time.monotonic() < deadline and process.poll() is None, "the retraining never reached RL"
+            time.sleep(0.05)
+        os.killpg(process.pid, sig)
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert (process.returncode, _one_line(stderr)) == (130, "coach: interrupted")
+    assert {name: (tmp_path / name).read_bytes() for name in names} == earlier
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def _catches(pid: int, signum: int) -> bool:
