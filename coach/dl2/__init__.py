@@ -41,6 +41,10 @@ def report_file(model: Path) -> Path:
     return model.with_name(model.stem + ".json")
 
 
+#: The fewest jobs a run-level training episode starts together: `--episode-jobs` (the most) is at least this.
+RUN_MIN_JOBS = 4
+
+
 #: The same training's network after imitation only (before reinforcement learning), for comparison.
 CLUSTER_IMITATION_MODEL = imitation_model(CLUSTER_MODEL)
 
@@ -54,5 +58,5 @@ class ModelFileError(ValueError):
     """A DL2 model file that is missing or does not fit this network (one line, naming the file)."""
 
 
-__all__ = ["CLUSTER_IMITATION_MODEL", "CLUSTER_MODEL", "RUN_IMITATION_MODEL", "RUN_MODEL",
+__all__ = ["CLUSTER_IMITATION_MODEL", "CLUSTER_MODEL", "RUN_IMITATION_MODEL", "RUN_MIN_JOBS", "RUN_MODEL",
            "ModelFileError", "imitation_model", "report_file"]

@@ -34,6 +34,7 @@ from mxnet import gluon
 from threadpoolctl import threadpool_limits
 
 from coach.app.virtual_run import START_S, run_virtual
+from coach.dl2 import RUN_MIN_JOBS
 from coach.dl2.checkpoint import CHECKPOINT_VERSION, checkpoint_dir, load_checkpoint
 from coach.dl2.network import HIDDEN, ActorCritic, new_network, numpy_net
 from coach.dl2.numpy_net import NumpyNet
@@ -72,7 +73,7 @@ class CountsTrainSettings:
     seed: int = 0
     nodes: int = 4
     slots_per_node: int = 6
-    min_jobs: int = 4
+    min_jobs: int = RUN_MIN_JOBS
     episode_jobs: int = 10  # jobs per episode at most
     hidden: int = HIDDEN
     # imitation

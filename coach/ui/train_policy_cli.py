@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from coach.dl2 import RUN_MIN_JOBS
 from coach.ui.errors import LazyChoices, fail, integer
 
 MAX_SEED = 2**32 - 1
@@ -60,6 +61,9 @@ def _train_run(args, out: Path, on_progress):
     if given:
         raise ValueError(f"--{given[0].replace('_', '-')}: only with --level cluster (run-level training makes "
                          f"its own jobs)")
+    if args.episode_jobs is not None and args.episode_jobs < RUN_MIN_JOBS:  # argparse's bound is --level cluster's
+        raise ValueError(f"--episode-jobs: must be >= {RUN_MIN_JOBS} with --level run (an episode starts at least "
+                         f"{RUN_MIN_JOBS} jobs), got {args.episode_jobs}")
     from coach.dl2.learn_run import train_counts  # after the checks: the import takes seconds
 
     options = {name: getattr(args, name) for name in ("imitation_epochs", "rl_episodes", "episode_jobs", *_RUN_ONLY)
@@ -217,22 +221,25 @@ def add_commands(sub, subparser, epilog: str) -> None:
     train.add_argument("--traces", metavar="DIR",
                        help="folder of the applications' traces (--level cluster only; default: as simulate)")
     train.add_argument("--imitation-epochs", type=integer(0, 10_000), metavar="N",
-                       help="passes over the imitated decisions, 0 skips imitation (default: 20)")
+                       help="passes over the imitated decisions, 0 <= N <= 10000, 0 skips imitation (default: 20)")
     train.add_argument("--rl-episodes", type=integer(0, 1_000_000), metavar="N",
-                       help="reinforcement-learning episodes, 0 skips them (default: 100)")
+                       help="reinforcement-learning episodes, 0 <= N <= 1000000, 0 skips them (default: 100)")
     train.add_argument("--episode-jobs", type=integer(1, 1_000_000), metavar="N",
-                       help="jobs per episode: consecutive arrivals of one workload (--level cluster, default: 40), "
-                            "at most this many jobs started together (--level run, at least 4, default: 10)")
+                       help="jobs per episode: consecutive arrivals of one workload (--level cluster: 1 <= N <= "
+                            "1000000, default: 40), at most this many jobs started together (--level run: "
+                            f"{RUN_MIN_JOBS} <= N <= 1000000, default: 10)")
     train.add_argument("--horizon-rounds", type=integer(1, 1_000_000), metavar="N",
-                       help="scheduling rounds per episode at most (--level cluster only; default: 120)")
+                       help="scheduling rounds per episode at most, 1 <= N <= 1000000 (--level cluster only; "
+                            "default: 120)")
     train.add_argument("--reward", choices=LazyChoices(_reward_names), metavar="REWARD",
                        help="--level run only (%(choices)s): a round's reward, the jobs' epoch progress until the next round "
                             "(DL2's) or minus the job-minutes spent unfinished (default: progress)")
     train.add_argument("--teacher-episodes", type=integer(1, 1_000_000), metavar="N",
-                       help="--level run only: episodes the imitated policy decides (default: 200)")
+                       help="--level run only: episodes the imitated policy decides, 1 <= N <= 1000000 (default: "
+                            "200)")
     train.add_argument("--eval-episodes", type=integer(1, 1_000_000), metavar="N",
-                       help="--level run only: fixed episodes the teacher and the networks are measured on "
-                            "(default: 20)")
+                       help="--level run only: fixed episodes the teacher and the networks are measured on, "
+                            "1 <= N <= 1000000 (default: 20)")
     train.add_argument("--resume", action="store_true",
                        help="go on from FILE.ckpt/ when it holds a run of the same settings (default: start over)")
     train.add_argument("--quiet", action="store_true", help="no progress bars (default: off)")

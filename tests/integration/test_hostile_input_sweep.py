@@ -144,6 +144,8 @@ CASES: dict[str, list[Case]] = {
              setup=_write("m.params.ckpt", "x")),
         Case([*_TRAIN_RUN, "--out", "m.params"], "--out: m.params.ckpt/net.params: is a folder",
              setup=lambda folder: (folder / "m.params.ckpt" / "net.params").mkdir(parents=True)),
+        Case([*_TRAIN_RUN, "--out", "m.params", "--episode-jobs", "3"],
+             "--episode-jobs: must be >= 4 with --level run"),
     ],
     "experiment": [Case(["experiment", "missing.yaml"], "missing.yaml"),
                    Case(["experiment", "m.yaml"], "m.yaml", setup=_write("m.yaml", "- [")),

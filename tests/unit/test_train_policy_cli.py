@@ -69,7 +69,8 @@ def test_run_level_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([*base, "--imitate", "coach", "--workloads", str(WORKLOAD)]) == 2
     assert "--workloads: only with --level cluster" in capsys.readouterr().err
     assert main([*base, "--imitate", "coach", "--episode-jobs", "2"]) == 2
-    assert "episode_jobs: expected at least min_jobs (4), got 2" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("--episode-jobs: must be >= 4 with --level run (an episode starts at least 4 "
+                                       "jobs), got 2\n")
     assert main(["train-policy", "--imitate", "drf", "--out", str(tmp_path / "m.params")]) == 2
     assert "--workloads: required with --level cluster" in capsys.readouterr().err
     assert main([*base, "--level", "galaxy", "--imitate", "coach"]) == 2
