@@ -13,7 +13,7 @@ from pathlib import Path
 from coach.analysis import DEFAULT_TEST
 from coach.storage.folders import CannotWrite
 from coach.inputs.limits import short
-from coach.ui.errors import BadInput, LazyChoices, fail, integer, percent
+from coach.ui.errors import BadInput, LazyChoices, fail, integer, path_text, percent
 
 #: Most runs per cell `coach experiment --repeat` may ask for (the matrix's `repeat` has the same bound).
 MAX_REPEAT = 100
@@ -315,13 +315,13 @@ def add_commands(sub, subparser=None, epilog: str | None = None) -> None:
     compare.add_argument("b", metavar="B", help="the same forms as A")
     compare.add_argument("--test", choices=LazyChoices(_test_names), default=DEFAULT_TEST, metavar="TEST",
                          help="statistical test: %(choices)s (default: %(default)s)")
-    compare.add_argument("--out", metavar="DIR",
+    compare.add_argument("--out", metavar="DIR", type=path_text,
                          help="a new or empty folder for compare.json and the plots (default: compare-<stamp>/ in "
                               "A's experiment folder, or beside A's run folder)")
     compare.set_defaults(func=cmd_compare)
 
     report = make("report", help="plot a run's loss, workers/servers and cost against budget")
-    report.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (with summary.json)")
-    report.add_argument("--out", metavar="DIR", help="a new or empty folder for the PNGs (default: RUN_DIR/report, "
+    report.add_argument("run_dir", metavar="RUN_DIR", type=path_text, help="a run folder (with summary.json)")
+    report.add_argument("--out", metavar="DIR", type=path_text, help="a new or empty folder for the PNGs (default: RUN_DIR/report, "
                                                      "replacing an earlier report there)")
     report.set_defaults(func=cmd_report)

@@ -39,7 +39,8 @@ from coach.domain.kube import DEFAULT_IMAGE
 from coach.inputs.jobs import MAX_MONEY
 from coach.inputs.limits import one_line, short
 from coach.policy import DEFAULT_POLICY
-from coach.ui.errors import EXIT_INTERRUPTED, EXIT_MISSING_EXTRA, BadInput, LazyChoices, Parser, fail as _fail, integer, number
+from coach.ui.errors import (EXIT_INTERRUPTED, EXIT_MISSING_EXTRA, BadInput, LazyChoices, Parser, fail as _fail, integer,
+                             number, path_text)
 from coach.ui.run_setup import check_store, inputs, results_folder, run_site, say, say_cluster, stdout_closed
 from scheduler_fork import PROFILES
 
@@ -391,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     planner = subparser(sub, "plan", help="print the fit and the counts Coach would choose next, as JSON",
                         epilog=EXIT_CODES)
     planner.add_argument("job", metavar="JOB", help="the job file (YAML)")
-    planner.add_argument("--history", required=True, metavar="LOG",
+    planner.add_argument("--history", required=True, metavar="LOG", type=path_text,
                          help="the job's results log (JSON lines) (required, no default)")
     planner.add_argument("--free-slots", type=integer(0, MAX_FREE_SLOTS), metavar="N",
                          help=f"slots the decision may use, 0 <= N <= {MAX_FREE_SLOTS} (default: the whole cluster)")

@@ -142,3 +142,18 @@ def test_a_disk_that_fills_up_part_way_leaves_nothing_half_written(here, command
 
 def without_folder_times(found: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int] | None]:
     return {path: None if Path(path).suffix == "" else stat for path, stat in found.items()}
+
+
+@pytest.mark.parametrize("out, message", [("", "expected a path, got an empty one"),
+                                          ("o" * 300, "a name of 300 bytes in")])
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_an_empty_or_overlong_out_is_refused_naming_it(here, command, out, message):
+    """An empty --out would be the current folder; a name past 255 bytes would fail at the first file, naming it
+    rather than the option."""
+    before = snapshot(here)
+    argv = ["compare", "a", "b", "--out", out] if command == "compare" else ["report", "a", "--out", out]
+    done = coach(here, argv)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "argument --out: " + message in line
+    assert snapshot(here) == before
