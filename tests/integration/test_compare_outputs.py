@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_bad_input import MODEL, finished_run, snapshot
+from tests.unit.test_unbounded_inputs import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120
@@ -24,17 +25,6 @@ def coach(folder: Path, argv: list, preexec_fn=None) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-m", "coach.ui.cli", *map(str, argv)], cwd=folder, capture_output=True,
                           text=True, timeout=TIMEOUT_S, preexec_fn=preexec_fn,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
-def one_line(done: subprocess.CompletedProcess, *texts: str) -> str:
-    """Exit 2 with one stderr line holding every text, and no traceback. Returns the line."""
-    assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    for text in texts:
-        assert str(text) in lines[0], (text, lines[0])
-    return lines[0]
 
 
 @pytest.fixture

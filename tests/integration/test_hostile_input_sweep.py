@@ -429,6 +429,19 @@ sys.modules["argparse"] = importlib.import_module("argparse")
 """
 
 
+def _started_with(shadows: Path, marker: Path, argv: list[str], cwd: Path) -> subprocess.Popen:
+    """`coach ARGV` with the modules in `shadows` found first, once one of them has written `marker` (it is being
+    imported): the moment a test sends its signal."""
+    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", *argv], cwd=cwd, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_limits,
+                               env={**os.environ, "PYTHONPATH": f"{shadows}:{REPO}"})
+    deadline = time.monotonic() + TIMEOUT_S
+    while process.poll() is None and not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert marker.exists(), process.communicate(timeout=TIMEOUT_S)[1]
+    return process
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_the_command_imports_its_modules_is_one_line(signum, tmp_path):
     """The first module coach.ui.cli imports after its start-up handlers is made slow, so the signal lands inside
@@ -437,13 +450,7 @@ def test_a_signal_while_the_command_imports_its_modules_is_one_line(signum, tmp_
     folder.mkdir()
     marker = tmp_path / "importing"
     (folder / "argparse.py").write_text(SLOW_IMPORT.format(marker=str(marker), folder=str(folder)))
-    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "missing.csv", "--policy", "drf"],
-                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": f"{folder}:{REPO}"}, preexec_fn=_limits)
-    deadline = time.monotonic() + TIMEOUT_S
-    while process.poll() is None and not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert marker.exists(), process.communicate(timeout=TIMEOUT_S)[1]
+    process = _started_with(folder, marker, ["simulate", "missing.csv", "--policy", "drf"], tmp_path)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=TIMEOUT_S)
     assert (process.returncode, stderr) == (130, "coach: interrupted\n")
@@ -470,14 +477,8 @@ def test_a_signal_that_an_import_turns_into_an_import_error_is_one_line(signum, 
     marker = tmp_path / "importing"
     (folder / "matplotlib" / "__init__.py").write_text(INTERRUPTED_IMPORT.format(marker=str(marker)))
     (tmp_path / "w.csv").write_text("name,time,application,num_replicas,batch_size\njob0,0,cifar10,1,128\n")
-    process = subprocess.Popen([sys.executable, "-m", "coach.ui.cli", "simulate", "w.csv", "--policy", "fifo",
-                                "--results", "out", "--traces", str(TRACES), "--quiet"],
-                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": f"{folder}:{REPO}"}, preexec_fn=_limits)
-    deadline = time.monotonic() + TIMEOUT_S
-    while process.poll() is None and not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert marker.exists(), process.communicate(timeout=TIMEOUT_S)[1]
+    process = _started_with(folder, marker, ["simulate", "w.csv", "--policy", "fifo", "--results", "out", "--traces",
+                                             str(TRACES), "--quiet"], tmp_path)
     time.sleep(0.05)  # the marker is written before the sleep it interrupts
     assert marker.read_text() == "_interrupt"  # main's handler, not the start-up one: the command is under way
     process.send_signal(signum)

@@ -64,21 +64,26 @@ def coach(folder: Path, argv: list) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def refused(folder: Path, argv: list, *texts: str, allowed: set[str] = frozenset()) -> str:
-    """`coach ARGV` exits 2 with one stderr line holding every text, no traceback, nothing written under
-    `folder` (paths in `allowed` aside). Returns the line."""
-    before = snapshot(folder)
-    done = coach(folder, argv)
+def one_line(done: subprocess.CompletedProcess, *texts: str) -> str:
+    """Exit 2 with one stderr line holding every text, and no traceback. Returns the line."""
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     for text in texts:
         assert str(text) in lines[0], (text, lines[0])
+    return lines[0]
+
+
+def refused(folder: Path, argv: list, *texts: str, allowed: set[str] = frozenset()) -> str:
+    """`coach ARGV` exits 2 with one stderr line holding every text, no traceback, nothing written under
+    `folder` (paths in `allowed` aside). Returns the line."""
+    before = snapshot(folder)
+    line = one_line(coach(folder, argv), *texts)
     after = snapshot(folder)
     assert {k: v for k, v in after.items() if k not in allowed} == \
         {k: v for k, v in before.items() if k not in allowed}
-    return lines[0]
+    return line
 
 
 @pytest.fixture
