@@ -13,7 +13,7 @@ from pathlib import Path
 from coach.inputs.cluster import ClusterFileError
 from coach.storage.folders import CannotWrite, writable_problem
 from coach.ui.errors import fail, integer, number, path_text
-from coach.ui.simulate_output import progress_bar, saying_how_long, unique_dir, write_run
+from coach.ui.simulate_output import progress_bar, saying_how_long, settings_of, unique_dir, write_run
 
 MAX_SEED = 2**32 - 1
 MAX_INTERVAL_S = 86_400.0
@@ -21,7 +21,7 @@ MAX_BUDGET_FACTOR = 1000.0
 
 
 def cmd_simulate(args) -> int:
-    from coach.simulator.session import Settings, SimulationInputError, cluster_from, simulate
+    from coach.simulator.session import SimulationInputError, cluster_from, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.simulator.apps import AppTraceError
     from coach.dl2 import ModelFileError
@@ -41,8 +41,7 @@ def cmd_simulate(args) -> int:
 
         return cmd_sweep(args, cluster)
     profile, policy = args.scheduler, args.policy[0]
-    settings = Settings(Path(args.workload[0]), cluster, policy, profile, args.interval, args.seed,
-                        Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
+    settings = settings_of(args, cluster, Path(args.workload[0]), policy)
     progress, on_round = progress_bar(args.quiet or not sys.stderr.isatty())  # bars on a terminal only
     on_round = saying_how_long(on_round, "coach simulate", lambda line: print(line, file=sys.stderr, flush=True))
     started = time.perf_counter()

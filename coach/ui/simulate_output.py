@@ -26,6 +26,14 @@ def unique_dir(base: Path, run_id: str) -> Path:
     return candidate
 
 
+def settings_of(args, cluster, workload: Path, policy: str):
+    """The simulation `coach simulate`'s options ask for, of one workload under one policy (a sweep has several)."""
+    from coach.simulator.session import Settings
+
+    return Settings(workload, cluster, policy, args.scheduler, args.interval, args.seed,
+                    Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
+
+
 def write_run(run_dir: Path, outcome, settings) -> dict:
     """One simulated run's folder (its logs, summary and figures), whole or not at all (CannotWrite); its
     summary."""

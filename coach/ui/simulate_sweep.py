@@ -121,13 +121,6 @@ def _same_names(workloads: list[Path]) -> str | None:
     return None
 
 
-def _settings(args, cluster, workload: Path, policy: str):
-    from coach.simulator.session import Settings
-
-    return Settings(workload, cluster, policy, args.scheduler, args.interval, args.seed,
-                    Path(args.traces) if args.traces else None, args.budget_factor, args.restart_s)
-
-
 def cmd_sweep(args, cluster) -> int:
     """Run every (workload, policy); write each run and one comparison. Exit code as `coach simulate`'s. Every
     workload and policy is read and checked before the first run: bad input writes nothing."""
@@ -137,7 +130,8 @@ def cmd_sweep(args, cluster) -> int:
     from coach.simulator.session import SimulationInputError, check_inputs, name_part, simulate
     from coach.simulator.workloads import WorkloadError
     from coach.storage.folders import CannotWrite, write_whole
-    from coach.ui.simulate_output import progress_bar as _progress, unique_dir as _unique_dir, write_run
+    from coach.ui.simulate_output import (progress_bar as _progress, settings_of, unique_dir as _unique_dir,
+                                          write_run)
 
     results_dir, workloads, policies = Path(args.results), [Path(w) for w in args.workload], args.policy
     problem = _same_names(workloads)
@@ -145,9 +139,9 @@ def cmd_sweep(args, cluster) -> int:
         return fail([problem])
     try:
         for workload in workloads:
-            check_inputs(_settings(args, cluster, workload, policies[0]))
+            check_inputs(settings_of(args, cluster, workload, policies[0]))
         for policy in policies[1:]:
-            check_inputs(_settings(args, cluster, workloads[0], policy))
+            check_inputs(settings_of(args, cluster, workloads[0], policy))
     except (WorkloadError, SimulationInputError, AppTraceError, ModelFileError) as error:
         return fail([str(error)])
     per_node = max(node.slots for node in cluster.nodes)
@@ -155,7 +149,7 @@ def cmd_sweep(args, cluster) -> int:
     for workload in workloads:
         for policy in policies:
             done += 1
-            settings = _settings(args, cluster, workload, policy)
+            settings = settings_of(args, cluster, workload, policy)
             progress, on_round = _progress(args.quiet, f"run {done}/{total}: {policy} on {workload.stem}")
             started = time.perf_counter()
             try:
